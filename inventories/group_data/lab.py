@@ -1,0 +1,35 @@
+"""Cluster-wide settings of the lab cluster (every host of ``inventories/lab.py``)."""
+
+cluster_name = "lab"
+
+# The cluster's own networks. The firewall trusts them; everything else may only SSH.
+networks = {
+    "management": {"subnet": "10.10.0.0/24"},
+    "fabric": {"subnet": "10.20.0.0/24", "mtu": 9000},
+    "storage": {"subnet": "10.30.0.0/24", "mtu": 9000},
+    "ib": {"subnet": "10.40.0.0/24"},
+}
+
+# Only the head reaches the internet: it runs apt-cacher-ng and every node installs
+# packages through it.
+package_cache = "head"
+
+# Secrets are named by reference, never written here.
+secrets = {
+    "munge_key": {"file": "/etc/aicluster/secrets/munge.key"},
+    "k3s_token": {"env": "AICLUSTER_K3S_TOKEN"},
+    "minio_root_password": {"env": "AICLUSTER_MINIO_ROOT_PASSWORD"},
+}
+
+# Time: the head syncs from the internet and serves the cluster.
+base_chrony_server_host = "head"
+
+base_admin_users = [
+    {
+        "name": "ops",
+        "ssh_keys": [
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFk3v4S3h3oV0bC9rj8w2nJ2dCq3lHf0i0q8R9mQxYz1 ops@lab"
+        ],
+        "sudo": True,
+    },
+]

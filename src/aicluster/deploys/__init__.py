@@ -1,0 +1,122 @@
+"""pyinfra deploys, one module per component, and what they share.
+
+Each component module has
+
+* ``deploy()``: the pyinfra ``@deploy`` that brings a host to the wanted state;
+* ``derived_vars(cluster, host_name, data)``: the values computed from the whole
+  inventory (peer addresses, merged config dicts) that its templates need. The
+  Ansible inventory hands Ansible the very same values (``aicluster.inventory``);
+* optionally ``validate(cluster)``: component-specific checks, returning error lines
+  that name the host and the field.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from io import StringIO
+from types import ModuleType
+from typing import Any
+
+from aicluster.inventory import COMPONENT_ORDER, Cluster
+from aicluster.render import defaults, os_vars, render
+
+#: How long one operation that waits on the network may take on a host, and how often
+#: it is retried, so one hung mirror fails that host by name instead of stalling all.
+NETWORK_TIMEOUT = 900
+NETWORK_RETRIES = 2
+
+
+def component_module(component: str) -> ModuleType | None:
+    """The deploy module of a component, or None when it is not built yet."""
+    if component not in COMPONENT_ORDER:
+        raise ValueError(f"unknown component {component!r}")
+    try:
+        return importlib.import_module(f"aicluster.deploys.{component}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"aicluster.deploys.{component}":
+            return None
+        raise
+
+
+def layered(component: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The component's variables for one host: its defaults under the host's data."""
+    out = defaults(component)
+    for key in out:
+        if key in data:
+            out[key] = data[key]
+    return out
+
+
+def os_family(distribution: Mapping[str, Any] | None) -> str:
+    """Ansible's ``ansible_os_family`` for pyinfra's LinuxDistribution fact."""
+    if not distribution:
+        raise ValueError("cannot tell the Linux distribution of this host")
+    meta = distribution.get("release_meta") or {}
+    ids = {str(meta.get("ID", "")).lower(), *str(meta.get("ID_LIKE", "")).lower().split()}
+    name = str(distribution.get("name") or "").lower()
+    if ids & {"debian", "ubuntu"} or name in ("debian", "ubuntu"):
+        return "Debian"
+    if ids & {"rhel", "fedora", "centos", "rocky", "almalinux"} or "rocky" in name:
+        return "RedHat"
+    raise ValueError(f"unsupported distribution {distribution.get('name')!r}")
+
+
+def template_vars(
+    component: str,
+    cluster: Cluster,
+    host_name: str,
+    data: Mapping[str, Any],
+    family: str,
+    **facts: Any,
+) -> dict[str, Any]:
+    """Everything a component's templates may use: defaults under host data, the OS
+    vars, the derived values, values read from the host, and ``inventory_hostname``."""
+    module = component_module(component)
+    out = layered(component, data)
+    out.update(os_vars(component, family))
+    if module is not None and hasattr(module, "derived_vars"):
+        out.update(module.derived_vars(cluster, host_name, data))
+    out.update(facts)
+    out["inventory_hostname"] = host_name
+    return out
+
+
+def put_template(
+    component: str,
+    template: str,
+    dest: str,
+    variables: Mapping[str, Any],
+    *,
+    name: str | None = None,
+    mode: str = "644",
+    user: str = "root",
+    group: str = "root",
+):
+    """Render ``roles/<component>/templates/<template>`` and upload it (a pyinfra op)."""
+    from pyinfra.operations import files
+
+    text = render(component, template, variables)
+    return files.put(
+        name=name or f"Write {dest}",
+        src=StringIO(text),
+        dest=dest,
+        mode=mode,
+        user=user,
+        group=group,
+    )
+
+
+_CLUSTERS: dict[int, Cluster] = {}
+
+
+def current_cluster() -> Cluster:
+    """The validated cluster of the inventory pyinfra is running (validated once)."""
+    from pyinfra.context import ctx_inventory
+
+    from aicluster.inventory import cluster_from_pyinfra
+
+    inventory = ctx_inventory.get()
+    if id(inventory) not in _CLUSTERS:
+        _CLUSTERS[id(inventory)] = cluster_from_pyinfra(inventory)
+    return _CLUSTERS[id(inventory)]

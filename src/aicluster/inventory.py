@@ -1,0 +1,774 @@
+"""The inventory: schema, loading and validation, shared by pyinfra and Ansible.
+
+An inventory is a pyinfra inventory file (``inventories/lab.py``): module-level lists
+are groups of hosts, a host is ``(name, data)`` the first time it is named and a plain
+name after that, and ``group_data/*.py`` beside the file hold group and cluster-wide
+settings. This module
+
+* loads such a file exactly as pyinfra does (pyinfra's own loader), without contacting
+  any host;
+* validates every host's merged data against the schema below and the cluster as a
+  whole (groups, addresses, controllers), collecting *all* errors, each naming the
+  host and the field;
+* computes the derived values templates need (``/etc/hosts`` entries, cluster
+  networks), once, for both engines;
+* prints the Ansible JSON inventory when the file is run as a script, so Ansible
+  reads the very same file (``ansible-playbook -i inventories/lab.py ...``).
+
+An inventory file ends with ``aicluster.inventory.finish(globals())``: run by pyinfra
+it validates before pyinfra connects anywhere; run by Ansible it prints the inventory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+# ---------------------------------------------------------------------------
+# Groups and components
+# ---------------------------------------------------------------------------
+
+#: Component -> the inventory groups that ask for it. ``base`` applies to every host.
+COMPONENT_GROUPS: dict[str, tuple[str, ...]] = {
+    "base": (),
+    "network": (),
+    "infiniband": ("ib_nodes",),
+    "nvidia": ("gpu_nodes",),
+    "nvme_cache": ("gpu_nodes",),
+    "nfs": ("nfs_server", "nfs_clients"),
+    "ceph": ("ceph_mons", "ceph_osds", "ceph_mds", "ceph_clients"),
+    "minio": ("minio",),
+    "slurm": ("slurm_controller", "slurm_workers", "slurm_dbd"),
+    "ray": ("ray_head", "ray_workers"),
+    "k3s": ("k3s_servers", "k3s_agents"),
+    "ollama": ("ollama", "ollama_gateway"),
+    "monitoring": ("monitoring",),
+}
+
+#: The order components are deployed in (dependencies first).
+COMPONENT_ORDER: tuple[str, ...] = tuple(COMPONENT_GROUPS)
+
+KNOWN_GROUPS: frozenset[str] = frozenset(g for gs in COMPONENT_GROUPS.values() for g in gs)
+
+#: Network names the inventory may declare, and what links they run on.
+NETWORK_NAMES = ("management", "fabric", "storage", "ib")
+
+#: MTU limits by link type (Linux): Ethernet from the IPv6 minimum to the largest
+#: jumbo frame switches commonly carry; IPoIB datagram mode is bounded by the IB MTU
+#: (4096 - 4 bytes of IPoIB header), connected mode by the kernel's 65520.
+MTU_LIMITS = {
+    "ethernet": (1280, 9216),
+    "ipoib-datagram": (1280, 4092),
+    "ipoib-connected": (1280, 65520),
+}
+
+VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*([-+~][0-9A-Za-z.+~-]+)?$")
+HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+DEVICE_RE = re.compile(r"^/dev/[A-Za-z0-9][A-Za-z0-9_.:+@/-]*$")
+MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
+IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}$")
+#: Data keys whose value is a secret: they must be given as a reference.
+SECRET_KEY_RE = re.compile(r"(password|passwd|token|secret|credential|private_key)", re.I)
+
+#: The file-name group pyinfra adds (``inventories/lab.py`` -> ``lab``) is allowed too.
+
+
+class InventoryError(Exception):
+    """Bad inventory input. ``errors`` holds one line per problem, host and field named."""
+
+    def __init__(self, errors: list[str], source: str | None = None):
+        self.errors = errors
+        self.source = source
+        head = f"{source}: " if source else ""
+        lines = "\n".join(f"  - {e}" for e in errors)
+        super().__init__(f"{head}invalid inventory ({len(errors)} problem(s)):\n{lines}")
+
+
+# ---------------------------------------------------------------------------
+# Schema
+# ---------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GPUs(_Model):
+    """The node's GPUs. ``count: 0`` (the default) means none."""
+
+    model: str = ""
+    count: Annotated[int, Field(ge=0, le=16)] = 0
+    memory_gb: Annotated[int, Field(ge=0, le=1024)] = 0
+    nvswitch: bool = False
+
+    @model_validator(mode="after")
+    def _model_named(self) -> GPUs:
+        if self.count and not self.model:
+            raise ValueError("a GPU model is required when count > 0")
+        if self.nvswitch and not self.count:
+            raise ValueError("nvswitch is set but the node has no GPUs")
+        return self
+
+
+class NIC(_Model):
+    """An Ethernet interface on a cluster network, matched by name or MAC address."""
+
+    name: str | None = None
+    mac: str | None = None
+    speed_gbps: Annotated[int, Field(ge=1, le=800)] = 25
+    network: str
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+    mtu: int = 1500
+
+    @field_validator("name")
+    @classmethod
+    def _ifname(cls, v: str | None) -> str | None:
+        if v is not None and not IFNAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a valid interface name (1-15 characters)")
+        return v
+
+    @field_validator("mac")
+    @classmethod
+    def _mac(cls, v: str | None) -> str | None:
+        if v is not None:
+            v = v.lower()
+            if not MAC_RE.match(v):
+                raise ValueError(f"{v!r} is not a MAC address (aa:bb:cc:dd:ee:ff)")
+        return v
+
+    @field_validator("mtu")
+    @classmethod
+    def _mtu(cls, v: int) -> int:
+        low, high = MTU_LIMITS["ethernet"]
+        if not low <= v <= high:
+            raise ValueError(f"MTU {v} is out of range for Ethernet ({low}-{high})")
+        return v
+
+    @model_validator(mode="after")
+    def _named(self) -> NIC:
+        if not self.name and not self.mac:
+            raise ValueError("a NIC needs a name or a mac")
+        return self
+
+
+class IBPort(_Model):
+    """An InfiniBand HCA port, optionally carrying IPoIB on the ``ib`` network."""
+
+    device: str
+    port: Annotated[int, Field(ge=1, le=2)] = 1
+    rate_gbps: Annotated[int, Field(ge=10, le=800)] = 400
+    network: str | None = None
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+    mode: Literal["datagram", "connected"] = "datagram"
+    mtu: int = 2044
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.match(r"^[a-z][a-z0-9_]*[0-9]$", v):
+            raise ValueError(f"{v!r} is not an HCA name such as mlx5_0")
+        return v
+
+    @model_validator(mode="after")
+    def _mtu(self) -> IBPort:
+        low, high = MTU_LIMITS[f"ipoib-{self.mode}"]
+        if not low <= self.mtu <= high:
+            raise ValueError(
+                f"mtu: MTU {self.mtu} is out of range for IPoIB {self.mode} mode ({low}-{high})"
+            )
+        if self.address is not None and not self.network:
+            raise ValueError("an IPoIB address needs a network")
+        return self
+
+
+class NVMe(_Model):
+    """A local NVMe device. It is only ever formatted when it is empty or ``wipe`` is true."""
+
+    device: str
+    wipe: bool = False
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not DEVICE_RE.match(v) or "/../" in v or v.endswith("/"):
+            raise ValueError(
+                f"{v!r} is not a block device path (use /dev/disk/by-id/... or /dev/nvmeXnY)"
+            )
+        return v
+
+
+class Hardware(_Model):
+    """What the node is made of, as the inventory declares it (facts check it later)."""
+
+    cpus: Annotated[int, Field(ge=1, le=4096)] = 1
+    memory_gb: Annotated[int, Field(ge=1, le=65536)] = 1
+    gpus: GPUs = GPUs()
+    nics: list[NIC] = []
+    ib_ports: list[IBPort] = []
+    nvme: list[NVMe] = []
+
+
+class HostSpec(BaseModel):
+    """One host's own fields. Component settings (``slurm_*`` ...) pass through."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    ssh_hostname: ipaddress.IPv4Address | ipaddress.IPv6Address
+    ssh_user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = "root"
+    ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
+    ssh_key: str | None = None
+    hardware: Hardware = Hardware()
+
+
+class Network(_Model):
+    subnet: ipaddress.IPv4Network | ipaddress.IPv6Network
+    mtu: int | None = None
+
+
+class SecretRef(_Model):
+    """A secret is named by reference: a file on the deploying machine or an env var."""
+
+    file: str | None = None
+    env: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SecretRef:
+        if (self.file is None) == (self.env is None):
+            raise ValueError("give exactly one of 'file' or 'env'")
+        if self.env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", self.env):
+            raise ValueError(f"{self.env!r} is not an environment variable name")
+        return self
+
+
+class ClusterSpec(BaseModel):
+    """Cluster-wide settings (``group_data/all.py`` and the inventory file's group)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cluster_name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,39}$")] = "aicluster"
+    networks: dict[str, Network]
+    secrets: dict[str, SecretRef] = {}
+    package_cache: str | None = None
+    package_proxy: Annotated[str | None, Field(pattern=r"^https?://[^\s/]+(:[0-9]+)?/?$")] = None
+
+    @field_validator("networks")
+    @classmethod
+    def _networks(cls, v: dict[str, Network]) -> dict[str, Network]:
+        unknown = sorted(set(v) - set(NETWORK_NAMES))
+        if unknown:
+            raise ValueError(
+                f"unknown network(s) {', '.join(unknown)}; known: {', '.join(NETWORK_NAMES)}"
+            )
+        if "management" not in v:
+            raise ValueError("the management network is required")
+        return v
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _no_inline(cls, v: Any) -> Any:
+        if isinstance(v, Mapping):
+            for name, ref in v.items():
+                if not isinstance(ref, Mapping):
+                    raise ValueError(
+                        f"secret {name!r} is written inline; give {{'file': PATH}} "
+                        f"or {{'env': VARIABLE}} instead"
+                    )
+        return v
+
+
+# ---------------------------------------------------------------------------
+# The validated cluster and its derived values
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    groups: tuple[str, ...]
+    spec: HostSpec
+    data: Mapping[str, Any]
+
+    @property
+    def address(self) -> str:
+        return str(self.spec.ssh_hostname)
+
+    def components(self) -> list[str]:
+        """The components this host is given, in deploy order."""
+        return [
+            c
+            for c, groups in COMPONENT_GROUPS.items()
+            if not groups or any(g in self.groups for g in groups)
+        ]
+
+    def network_address(self, network: str) -> str | None:
+        """This host's address on a network (NICs first, then IPoIB ports)."""
+        for item in (*self.spec.hardware.nics, *self.spec.hardware.ib_ports):
+            if item.network == network and item.address is not None:
+                return str(item.address)
+        return None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    spec: ClusterSpec
+    hosts: dict[str, Host]
+    groups: dict[str, tuple[str, ...]]
+    warnings: list[str] = field(default_factory=list)
+
+    def group(self, name: str) -> tuple[str, ...]:
+        return self.groups.get(name, ())
+
+    def etc_hosts(self) -> list[dict[str, Any]]:
+        """Entries for /etc/hosts: every node by its management name, and where it has
+        them, ``<node>-fabric`` and ``<node>-ib`` (and ``<node>-storage``)."""
+        entries = []
+        for name, host in self.hosts.items():
+            entries.append({"address": host.address, "names": [name]})
+            for network, suffix in (("fabric", "fabric"), ("storage", "storage"), ("ib", "ib")):
+                address = host.network_address(network)
+                if address:
+                    entries.append({"address": address, "names": [f"{name}-{suffix}"]})
+        return entries
+
+    def network_subnets(self) -> list[str]:
+        """The cluster's own networks, management first."""
+        return [str(n.subnet) for n in self.spec.networks.values()]
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _loc(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _pydantic_errors(where: str, exc: ValidationError, prefix: str = "") -> list[str]:
+    errors = []
+    for err in exc.errors():
+        # Drop pydantic's union-branch names ("IPv4Address") from the location.
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p[:1].isupper())]
+        path = _loc([*([prefix] if prefix else []), *loc])
+        msg = err["msg"].removeprefix("Value error, ")
+        errors.append(f"{where}: {path}: {msg}" if path else f"{where}: {msg}")
+    return errors
+
+
+def _inline_secrets(data: Mapping[str, Any], path: str = "") -> list[str]:
+    """Field paths whose name says "secret" but whose value is written inline."""
+    found = []
+    for key, value in data.items():
+        here = f"{path}.{key}" if path else str(key)
+        if key == "secrets":
+            continue
+        if isinstance(value, Mapping):
+            found += _inline_secrets(value, here)
+        elif SECRET_KEY_RE.search(str(key)) and isinstance(value, str) and value:
+            found.append(here)
+    return found
+
+
+def validate(
+    hosts: Mapping[str, tuple[Iterable[str], Mapping[str, Any]]],
+    *,
+    extra_groups: Iterable[str] = (),
+    defined_twice: Mapping[str, list[str]] | None = None,
+    source: str | None = None,
+) -> Cluster:
+    """Validate every host (name -> (groups, merged data)) and the cluster as a whole.
+
+    Raises :class:`InventoryError` listing every problem found.
+    """
+    errors: list[str] = []
+    allowed_groups = KNOWN_GROUPS | set(extra_groups) | {"all"}
+    parsed: dict[str, Host] = {}
+    cluster_specs: dict[str, ClusterSpec] = {}
+
+    for name, where_groups in (defined_twice or {}).items():
+        errors.append(
+            f"host {name!r}: defined twice (with data in groups {', '.join(where_groups)}); "
+            "give its data once and name it alone elsewhere"
+        )
+
+    if not hosts:
+        raise InventoryError(["the inventory has no hosts"], source)
+
+    for name, (groups, data) in hosts.items():
+        where = f"host {name!r}"
+        groups = tuple(g for g in groups if g != "all")
+        if not HOSTNAME_RE.match(name):
+            errors.append(f"{where}: name: not a valid host name (a-z, 0-9, '-'; max 63)")
+        for g in groups:
+            if g not in allowed_groups:
+                errors.append(
+                    f"{where}: groups: unknown group {g!r}; known groups: "
+                    f"{', '.join(sorted(KNOWN_GROUPS))}"
+                )
+        for path in _inline_secrets(data):
+            errors.append(
+                f"{where}: {path}: a secret is written inline; put it in a file or an "
+                "environment variable and name it under 'secrets'"
+            )
+        for key, value in data.items():
+            if key.endswith("_version") and value is not None:
+                if not isinstance(value, str) or not VERSION_RE.match(value):
+                    errors.append(
+                        f"{where}: {key}: {value!r} is not a version (like '23.11.4' or '535')"
+                    )
+        try:
+            spec = HostSpec.model_validate(dict(data))
+        except ValidationError as exc:
+            errors += _pydantic_errors(where, exc)
+            spec = None
+        try:
+            cluster_specs[name] = ClusterSpec.model_validate(dict(data))
+        except ValidationError as exc:
+            errors += _pydantic_errors(where, exc)
+        if spec is not None:
+            parsed[name] = Host(name=name, groups=groups, spec=spec, data=data)
+
+    if not cluster_specs:
+        raise InventoryError(errors, source)
+    first_name, cspec = next(iter(cluster_specs.items()))
+    for name, other in cluster_specs.items():
+        if other.networks != cspec.networks:
+            errors.append(
+                f"host {name!r}: networks: differ from host {first_name!r}'s; "
+                "cluster networks must be the same for every host"
+            )
+
+    groups: dict[str, tuple[str, ...]] = {}
+    for name, (hgroups, _data) in hosts.items():
+        for g in hgroups:
+            if g != "all":
+                groups.setdefault(g, ())
+                groups[g] += (name,)
+
+    errors += _check_hosts(parsed, cspec)
+    errors += _check_groups(parsed, groups, cspec)
+    if errors:
+        raise InventoryError(errors, source)
+
+    cluster = Cluster(spec=cspec, hosts=parsed, groups=groups)
+    errors += _component_checks(cluster)
+    if errors:
+        raise InventoryError(errors, source)
+    cluster.warnings.extend(_warnings(cluster))
+    return cluster
+
+
+def _component_checks(cluster: Cluster) -> list[str]:
+    """Each built component's own ``validate(cluster)`` (aicluster.deploys.<c>)."""
+    from aicluster.deploys import component_module
+
+    errors: list[str] = []
+    for component in COMPONENT_ORDER:
+        module = component_module(component)
+        if module is not None and hasattr(module, "validate"):
+            errors += module.validate(cluster)
+    return errors
+
+
+def derived_vars(cluster: Cluster, host_name: str) -> dict[str, Any]:
+    """Every derived value the host's components' templates use (for Ansible)."""
+    from aicluster.deploys import component_module
+
+    host = cluster.hosts[host_name]
+    out: dict[str, Any] = {}
+    for component in host.components():
+        module = component_module(component)
+        if module is not None and hasattr(module, "derived_vars"):
+            out.update(module.derived_vars(cluster, host_name, host.data))
+    return out
+
+
+def _check_hosts(hosts: Mapping[str, Host], cspec: ClusterSpec) -> list[str]:
+    errors = []
+    seen_addr: dict[str, str] = {}
+    seen_mac: dict[str, str] = {}
+    for name, host in hosts.items():
+        where = f"host {name!r}"
+        mgmt = cspec.networks.get("management")
+        addrs: list[tuple[str, Any, str]] = [("ssh_hostname", host.spec.ssh_hostname, "management")]
+        hw = host.spec.hardware
+        for i, nic in enumerate(hw.nics):
+            if nic.address is not None:
+                addrs.append((f"hardware.nics[{i}].address", nic.address, nic.network))
+            if nic.network not in cspec.networks:
+                errors.append(
+                    f"{where}: hardware.nics[{i}].network: unknown network {nic.network!r}; "
+                    f"declared: {', '.join(cspec.networks)}"
+                )
+            if nic.mac:
+                if nic.mac in seen_mac:
+                    errors.append(
+                        f"{where}: hardware.nics[{i}].mac: {nic.mac} is also used by "
+                        f"{seen_mac[nic.mac]}"
+                    )
+                seen_mac[nic.mac] = f"host {name!r}"
+        for i, port in enumerate(hw.ib_ports):
+            if port.address is not None:
+                addrs.append((f"hardware.ib_ports[{i}].address", port.address, port.network))
+            if port.network and port.network not in cspec.networks:
+                errors.append(
+                    f"{where}: hardware.ib_ports[{i}].network: unknown network "
+                    f"{port.network!r}; declared: {', '.join(cspec.networks)}"
+                )
+        devices = [d.device for d in hw.nvme]
+        for i, dev in enumerate(devices):
+            if dev in devices[:i]:
+                errors.append(f"{where}: hardware.nvme[{i}].device: {dev} is listed twice")
+        names = [nic.name for nic in hw.nics if nic.name]
+        for i, nic in enumerate(hw.nics):
+            if nic.name and names.count(nic.name) > 1 and names.index(nic.name) != i:
+                errors.append(f"{where}: hardware.nics[{i}].name: {nic.name} is listed twice")
+        for fld, addr, network in addrs:
+            net = cspec.networks.get(network) if network else None
+            if network == "management" and mgmt is None:
+                continue
+            if net is not None and addr not in net.subnet:
+                errors.append(
+                    f"{where}: {fld}: {addr} is outside the {network} network {net.subnet}"
+                )
+            key = str(addr)
+            if key in seen_addr:
+                errors.append(f"{where}: {fld}: address {addr} is also used by {seen_addr[key]}")
+            else:
+                seen_addr[key] = f"host {name!r} ({fld})"
+    return errors
+
+
+def _check_groups(
+    hosts: Mapping[str, Host], groups: Mapping[str, tuple[str, ...]], cspec: ClusterSpec
+) -> list[str]:
+    errors = []
+
+    def members(g: str) -> tuple[str, ...]:
+        return groups.get(g, ())
+
+    pairs = [
+        ("slurm_workers", "slurm_controller", (1, 2), "one slurm_controller (two with a backup)"),
+        ("ray_workers", "ray_head", (1, 1), "exactly one ray_head"),
+        ("k3s_agents", "k3s_servers", (1, 99), "at least one k3s_servers host"),
+        ("ceph_osds", "ceph_mons", (1, 99), "at least one ceph_mons host"),
+        ("nfs_clients", "nfs_server", (1, 1), "exactly one nfs_server"),
+    ]
+    for workers, ctrl, (low, high), wanted in pairs:
+        have = len(members(ctrl))
+        if members(workers) and not low <= have <= high:
+            first = members(workers)[0]
+            errors.append(
+                f"host {first!r}: groups: is in {workers}, which needs {wanted}; "
+                f"the inventory has {have}"
+            )
+        elif have > high:
+            errors.append(
+                f"host {members(ctrl)[high]!r}: groups: {ctrl} allows at most {high} host(s); "
+                f"the inventory has {have}"
+            )
+    for name in members("gpu_nodes"):
+        if name in hosts and hosts[name].spec.hardware.gpus.count == 0:
+            errors.append(
+                f"host {name!r}: hardware.gpus.count: is in gpu_nodes but declares no GPUs"
+            )
+    for name in members("ib_nodes"):
+        if name in hosts and not hosts[name].spec.hardware.ib_ports:
+            errors.append(
+                f"host {name!r}: hardware.ib_ports: is in ib_nodes but declares no InfiniBand port"
+            )
+    if cspec.package_cache and cspec.package_cache not in hosts:
+        first = next(iter(hosts))
+        errors.append(
+            f"host {first!r}: package_cache: {cspec.package_cache!r} is not a host of "
+            "this inventory"
+        )
+    return errors
+
+
+def _warnings(cluster: Cluster) -> list[str]:
+    warnings = []
+    if len(cluster.group("ollama")) > 1 and not cluster.group("ollama_gateway"):
+        warnings.append(
+            "ollama runs on several nodes without an ollama_gateway: each Ollama serves "
+            "alone; add a gateway node to balance requests across them"
+        )
+    if cluster.group("slurm_workers") and len(cluster.group("slurm_controller")) == 1:
+        warnings.append(
+            "slurm_controller has one host: it is a single point of failure "
+            "(name a second host for a backup controller)"
+        )
+    return warnings
+
+
+# ---------------------------------------------------------------------------
+# Loading an inventory file (pyinfra's own loader) and the engine hooks
+# ---------------------------------------------------------------------------
+
+_LOADING = False
+
+
+@contextmanager
+def _loading():
+    """Mark that aicluster itself is executing inventory files, inside a pyinfra state
+    (pyinfra's file loader records the file it executes in the current state)."""
+    global _LOADING
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+
+    previous, _LOADING = _LOADING, True
+    try:
+        if ctx_state.isset():
+            yield
+        else:
+            with ctx_state.use(State()):
+                yield
+    finally:
+        _LOADING = previous
+
+
+def _raw_definitions(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Hosts given with data in more than one group of the raw inventory file."""
+    where: dict[str, list[str]] = {}
+    for key, value in module_globals.items():
+        if key.startswith("_") or not isinstance(value, (list, tuple)):
+            continue
+        items = value[0] if isinstance(value, tuple) else value
+        if not isinstance(items, (list, tuple)):
+            continue
+        for item in items:
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                where.setdefault(item[0], []).append(key)
+    return {h: gs for h, gs in where.items() if len(gs) > 1}
+
+
+def load_hosts(path: str | os.PathLike) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
+    """Load an inventory file exactly as the pyinfra CLI does, without connecting.
+
+    Returns host name -> (groups, merged data: host > group > all).
+    """
+    from pyinfra_cli.inventory import make_inventory_from_files
+
+    path = str(path)
+    if not Path(path).is_file():
+        raise InventoryError([f"no such inventory file: {path}"])
+    with _loading():
+        inventory = make_inventory_from_files(path, cwd=str(Path(path).resolve().parent))
+    out = {}
+    for host in inventory:
+        out[host.name] = (tuple(host.groups), dict(host.data.dict()))
+    return out
+
+
+def _file_group(path: str | os.PathLike) -> str:
+    return Path(path).name.rsplit(".", 1)[0]
+
+
+def load_cluster(path: str | os.PathLike) -> Cluster:
+    """Load and validate an inventory file. Raises :class:`InventoryError`."""
+    from pyinfra_cli.util import exec_file
+
+    try:
+        with _loading():
+            module_globals = exec_file(str(path), return_locals=True)
+        hosts = load_hosts(path)
+    except InventoryError:
+        raise
+    except Exception as exc:  # a Python error in the user's inventory file
+        raise InventoryError([f"cannot load the inventory: {exc}"], str(path)) from exc
+    return validate(
+        hosts,
+        extra_groups=[_file_group(path)],
+        defined_twice=_raw_definitions(module_globals),
+        source=str(path),
+    )
+
+
+def cluster_from_pyinfra(inventory) -> Cluster:
+    """Validate the inventory pyinfra has loaded (used by deploy.py)."""
+    hosts = {h.name: (tuple(h.groups), dict(h.data.dict())) for h in inventory}
+    extra = {g for h in inventory for g in h.groups if g not in KNOWN_GROUPS}
+    # pyinfra adds the inventory file's own name as a group holding every host.
+    file_groups = {g for g in extra if all(g in h.groups for h in inventory)}
+    return validate(hosts, extra_groups=file_groups)
+
+
+def ansible_inventory(path: str | os.PathLike, cluster: Cluster | None = None) -> dict[str, Any]:
+    """The Ansible JSON inventory for an inventory file: the same hosts, groups and
+    merged data pyinfra sees, plus Ansible's connection variables."""
+    hosts = load_hosts(path)
+    cluster = cluster or load_cluster(path)
+    out: dict[str, Any] = {"_meta": {"hostvars": {}}, "all": {"children": ["ungrouped"]}}
+    for name, (_groups, data) in hosts.items():
+        hv = {k: v for k, v in data.items() if not k.startswith("_")}
+        hv.update(derived_vars(cluster, name))
+        hv["ansible_host"] = str(data["ssh_hostname"])
+        hv["ansible_user"] = data.get("ssh_user", "root")
+        hv["ansible_port"] = data.get("ssh_port", 22)
+        if data.get("ssh_key"):
+            hv["ansible_ssh_private_key_file"] = data["ssh_key"]
+        out["_meta"]["hostvars"][name] = json.loads(json.dumps(hv, default=str))
+    for group, members in cluster.groups.items():
+        out.setdefault(group, {"hosts": []})["hosts"] = list(members)
+        if group not in out["all"]["children"]:
+            out["all"]["children"].append(group)
+    return out
+
+
+def finish(module_globals: dict[str, Any]) -> None:
+    """The last line of an inventory file.
+
+    * Run by Ansible as a script (``--list`` / ``--host NAME``): print the inventory.
+    * Loaded by pyinfra: validate the whole inventory now, before pyinfra connects to
+      any host; on bad input print every problem and exit with status 2.
+    * Loaded by aicluster itself: do nothing (the caller validates).
+    """
+    if _LOADING:
+        return
+    path = module_globals["__file__"]
+    if module_globals.get("__name__") == "__main__":
+        _ansible_main(path, sys.argv[1:])
+        return
+    try:
+        cluster = load_cluster(path)
+    except InventoryError as exc:
+        print(str(exc), file=sys.stderr)
+        raise SystemExit(2) from None
+    for warning in cluster.warnings:
+        print(f"aicluster: warning: {warning}", file=sys.stderr)
+
+
+def _ansible_main(path: str, argv: list[str]) -> None:
+    try:
+        if argv[:1] == ["--host"]:
+            data = ansible_inventory(path)["_meta"]["hostvars"].get(argv[1], {})
+        else:
+            data = ansible_inventory(path)
+    except InventoryError as exc:
+        print(str(exc), file=sys.stderr)
+        raise SystemExit(2) from None
+    json.dump(data, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")

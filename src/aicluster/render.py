@@ -1,0 +1,82 @@
+"""Render a role's templates the way Ansible's ``template`` module does.
+
+Templates live once, in ``roles/<component>/templates/``; pyinfra renders them here
+and uploads the text, Ansible renders them itself. The Jinja2 settings match
+Ansible's (``trim_blocks``, kept trailing newline, undefined variables are errors),
+and the few filters templates use behave as Ansible's do. A test renders every
+template through both engines and compares the text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from aicluster import ROLES_DIR
+
+
+def _to_nice_yaml(value: Any, indent: int = 4) -> str:
+    return yaml.dump(value, indent=indent, allow_unicode=True, default_flow_style=False)
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("yes", "on", "1", "true")
+    return bool(value)
+
+
+FILTERS = {
+    "to_json": json.dumps,
+    "to_nice_yaml": _to_nice_yaml,
+    "bool": _bool,
+}
+
+
+@cache
+def _environment(templates_dir: str) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates_dir),
+        trim_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+    env.filters.update(FILTERS)
+    return env
+
+
+def render(component: str, template: str, variables: Mapping[str, Any]) -> str:
+    """Render ``roles/<component>/templates/<template>`` with ``variables``."""
+    env = _environment(str(ROLES_DIR / component / "templates"))
+    return env.get_template(template).render(**variables)
+
+
+def defaults(component: str) -> dict[str, Any]:
+    """The component's defaults: ``roles/<component>/defaults/main.yml``."""
+    return _load_yaml(ROLES_DIR / component / "defaults" / "main.yml")
+
+
+def os_vars(component: str, os_family: str) -> dict[str, Any]:
+    """Distribution differences: ``roles/<component>/vars/<os_family>.yml``."""
+    path = ROLES_DIR / component / "vars" / f"{os_family}.yml"
+    if not path.exists():
+        raise ValueError(f"{component}: {os_family} systems are not supported (no {path.name})")
+    return _load_yaml(path)
+
+
+@cache
+def _load_yaml_cached(path: str) -> str:
+    return Path(path).read_text()
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(_load_yaml_cached(str(path))) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping")
+    return data
