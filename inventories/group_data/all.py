@@ -1,9 +1,7 @@
-"""Cluster-wide settings shared by every inventory in this directory.
+"""Settings shared by every inventory in this directory (lab.py, testbed.py).
 
-Component versions are pinned here; bump one and deploy again to upgrade.
-Per-cluster settings (networks, secrets, the package cache) live in the group named
-after the inventory file (``group_data/lab.py`` for ``lab.py``).
+Component versions are pinned here as components land: bump one and deploy again to
+upgrade. Settings of one cluster (networks, secrets, the package cache, admin users)
+live in the group named after its inventory file (``group_data/lab.py`` for
+``lab.py``); values here override the inventory file's own ``all`` data.
 """
-
-# Admin users created on every node, with their public SSH keys (not secrets).
-base_admin_users = []

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""The local testbed's nodes, read from the state ``aicluster testbed up`` wrote.
+
+    aicluster testbed up --nodes 2
+    pyinfra inventories/testbed.py deploy.py
+    ansible-playbook -i inventories/testbed.py playbooks/site.yml
+
+Every node gets every component the testbed can run, so one testbed rehearses the
+whole stack. Nodes reach packages only through the host's proxies on the management
+bridge; time is served by node1 from its own clock, so nothing leaves the bridges.
+"""
+
+from aicluster.inventory import finish
+from aicluster.testbed.state import fabric_address, load_state, node_number
+
+_state = load_state()
+if not _state or not _state.get("nodes"):
+    raise SystemExit("aicluster: no testbed is running: run `aicluster testbed up` first")
+
+
+with open(_state["ssh_key"] + ".pub") as _f:
+    _public_key = _f.read().strip()
+
+
+def _node(node: dict) -> tuple[str, dict]:
+    return (
+        node["name"],
+        {
+            "ssh_hostname": node["address"],
+            "ssh_key": _state["ssh_key"],
+            # Testbed nodes make new host keys each time they are built.
+            "ssh_known_hosts_file": "/dev/null",
+            "ssh_strict_host_key_checking": "no",
+            "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null",
+            "hardware": {
+                "cpus": 1,
+                "memory_gb": 2,
+                "nics": [
+                    {
+                        "name": node["fabric_nic"],
+                        "network": "fabric",
+                        "speed_gbps": 10,
+                        "address": fabric_address(node_number(node["name"])),
+                        "mtu": 9000,
+                    }
+                ],
+            },
+        },
+    )
+
+
+all = (
+    [_node(n) for n in _state["nodes"]],
+    {
+        "cluster_name": "testbed",
+        "networks": {
+            "management": {"subnet": _state["management"]["subnet"]},
+            "fabric": {"subnet": _state["fabric"]["subnet"], "mtu": 9000},
+        },
+        "package_proxy": _state["package_proxy"],
+        "base_chrony_server_host": _state["nodes"][0]["name"],
+        "base_chrony_upstream": [],
+        # An admin user who logs in with the testbed's own key, to prove admin users work.
+        "base_admin_users": [
+            {"name": "aiops", "ssh_keys": [_public_key], "sudo": True},
+        ],
+    },
+)
+
+finish(globals())

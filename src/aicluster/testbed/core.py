@@ -1,0 +1,211 @@
+"""``up``, ``down`` and ``status``: the testbed as a whole."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from aicluster.testbed import state as st
+from aicluster.testbed.errors import TestbedError
+from aicluster.testbed.host import check_host, ensure_host_packages, require_root
+from aicluster.testbed.image import ensure_base_dir, ensure_base_tarball, write_node_config
+from aicluster.testbed.network import ensure_bridges, link_exists, remove_bridges
+from aicluster.testbed.node import (
+    PROPAGATE_ROOT,
+    cgroup_dirs,
+    mount_root,
+    nspawn_pid,
+    remove_node,
+    ssh_ok,
+    start_node,
+    stop_nodes,
+    supervisor_alive,
+    wait_ssh,
+)
+from aicluster.testbed.proxy import ensure_proxies, proxy_running, stop_proxies
+from aicluster.testbed.sources import host_mirror
+from aicluster.testbed.system import log, mounts_under, run
+
+#: Files and directories ``down`` removes from the state directory (nothing else).
+STATE_ENTRIES = ["state.json", "state.json.tmp", "nodes", "base", "base.partial", "proxies",
+                 "id_ed25519", "id_ed25519.pub"]
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """Serialise testbed operations on this host (a lock file in the cache directory)."""
+    cache = st.cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "testbed.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another testbed operation is running; waiting for it")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _ensure_key(base: Path) -> Path:
+    """The testbed's SSH key pair (ed25519), generated once in the state directory."""
+    key = base / "id_ed25519"
+    if not key.exists() or not key.with_suffix(".pub").exists():
+        key.unlink(missing_ok=True)
+        key.with_suffix(".pub").unlink(missing_ok=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "aicluster-testbed",
+             "-f", str(key)], timeout=30)
+    return key
+
+
+def up(nodes: int = 2) -> dict[str, Any]:
+    """Bring the testbed up with (at least) *nodes* nodes and return its state.
+
+    Idempotent: running nodes are left untouched, missing ones are created or
+    restarted, and nodes beyond *nodes* that already exist are kept.
+    """
+    if not isinstance(nodes, int) or not 1 <= nodes <= st.MAX_NODES:
+        raise TestbedError(f"--nodes must be between 1 and {st.MAX_NODES}")
+    require_root()
+    with _locked():
+        return _up(nodes)
+
+
+def _up(count: int) -> dict[str, Any]:
+    started_at = time.monotonic()
+    ensure_host_packages()
+    check_host()
+    base_dir = st.state_dir()
+    base_dir.mkdir(parents=True, exist_ok=True)
+    base_dir.chmod(0o700)
+    data = st.load_state() or st.empty_state()
+    mirror = host_mirror()
+    key = _ensure_key(base_dir)
+    pubkey = key.with_suffix(".pub").read_text()
+
+    tarball = ensure_base_tarball(mirror)
+    running = {e["name"] for e in data["nodes"] if supervisor_alive(e["name"], e.get("pid"))}
+    base = ensure_base_dir(tarball, base_dir / "base", in_use=bool(running))
+
+    ensure_bridges()
+    st.save_state(data)
+    data["proxies"] = ensure_proxies(data, mirror)
+    st.save_state(data)
+
+    existing = {e["name"]: e for e in data["nodes"]}
+    wanted = max([count] + [st.node_number(name) for name in existing])
+    started: list[dict[str, Any]] = []
+    for n in range(1, wanted + 1):
+        name = st.node_name(n)
+        if name in running:
+            continue
+        if name not in existing and n > count:
+            continue
+        ndir = st.node_dir(name)
+        fresh = not (ndir / "upper").exists()
+        if not fresh:
+            log(f"{name} is not running; starting it again (its files are kept)")
+            stop_nodes([existing.get(name) or {"name": name}], timeout=30)
+        if fresh:
+            root = mount_root(name, base)
+            write_node_config(root, n, wanted, pubkey, mirror)
+        pid = start_node(n, base)
+        entry = st.node_entry(n, pid)
+        existing[name] = entry
+        data["nodes"] = list(existing.values())
+        st.save_state(data)
+        started.append(entry)
+        log(f"{name} started (supervisor pid {pid}, {entry['address']})")
+    if started:
+        wait_ssh(started, key)
+    log(
+        f"up: {len(data['nodes'])} node(s) ready in {time.monotonic() - started_at:.1f} s "
+        f"({len(started)} started, {len(running)} already running)"
+    )
+    return data
+
+
+def down() -> None:
+    """Stop and remove everything the testbed made, except the cached base tarball and the
+    apt cache (both in the cache directory)."""
+    require_root()
+    with _locked():
+        _down()
+
+
+def _down() -> None:
+    base_dir = st.state_dir()
+    data = st.load_state(base_dir)
+    entries = list((data or {}).get("nodes") or [])
+    known = {e["name"] for e in entries}
+    nodes_dir = base_dir / "nodes"
+    if nodes_dir.is_dir():  # nodes that never made it into state.json
+        for path in sorted(nodes_dir.iterdir()):
+            if path.name not in known:
+                entries.append({"name": path.name})
+    stop_nodes(entries)
+    for entry in entries:
+        remove_node(entry["name"])
+    if _empty_dir(PROPAGATE_ROOT):
+        PROPAGATE_ROOT.rmdir()
+    stop_proxies(data)
+    if data is not None or link_exists(st.MGMT_BRIDGE) or link_exists(st.FABRIC_BRIDGE):
+        remove_bridges()
+    if mounts_under(base_dir):
+        raise TestbedError(f"still mounted under {base_dir}: {mounts_under(base_dir)}")
+    for name in STATE_ENTRIES:
+        path = base_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    if _empty_dir(base_dir):
+        base_dir.rmdir()
+    log("down: testbed removed (cache kept in " + str(st.cache_dir()) + ")")
+
+
+def _empty_dir(path: Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
+
+
+def status() -> dict[str, Any]:
+    """The testbed as it is now: each node's address, whether its supervisor and nspawn
+    are alive and whether it answers SSH, and the proxies.
+
+    ``{"exists": False, ...}`` when there is no testbed. Needs no lock; SSH checks
+    need root only to read the key.
+    """
+    data = st.load_state()
+    if data is None:
+        return {"exists": False, "nodes": [], "proxies": {}}
+    nodes = []
+    for entry in data["nodes"]:
+        name = entry["name"]
+        alive = supervisor_alive(name, entry.get("pid"))
+        nodes.append({
+            **entry,
+            "supervisor_alive": alive,
+            "nspawn_pid": nspawn_pid(name) if alive else None,
+            "cgroups": [str(c) for c in cgroup_dirs(name)],
+            "ssh": False,
+        })
+
+    def probe(node: dict[str, Any]) -> None:
+        node["ssh"] = bool(node["nspawn_pid"]) and ssh_ok(data["ssh_key"], node["address"], 8)
+
+    threads = [threading.Thread(target=probe, args=(n,), daemon=True) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for node in nodes:
+        node["running"] = node["supervisor_alive"] and node["ssh"]
+    proxies = {
+        name: {**entry, "running": proxy_running(name, entry.get("pid"))}
+        for name, entry in (data.get("proxies") or {}).items()
+    }
+    return {**data, "exists": True, "nodes": nodes, "proxies": proxies}

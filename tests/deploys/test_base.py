@@ -1,0 +1,166 @@
+"""The base deploy planned on fake hosts of every supported distribution.
+
+Fake hosts: no host is contacted; facts come from fixtures (tests/deploys/harness.py).
+"""
+
+from __future__ import annotations
+
+from aicluster.deploys import base
+from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS, HOSTS
+from tests.deploys.harness import plan
+
+CONTAINER = "systemd-detect-virt --container 2>/dev/null || true"
+
+
+def _plan(distro, extra=None, facts=None):
+    host_facts = {
+        name: {"LinuxDistribution": DISTRIBUTIONS[distro], **(facts or {}).get(name, {})}
+        for name, _ in HOSTS
+    }
+    return plan(HOSTS, {"gpu_nodes": ["gpu1"]}, {**CLUSTER, **(extra or {})}, host_facts,
+                base.deploy)
+
+
+def test_bare_host_gets_every_base_piece(distro):
+    p = _plan(distro)
+    for host in ("head", "gpu1"):
+        names = p.names(host)
+        for wanted in (
+            "Install base packages",
+            f"Set the hostname to {host}",
+            "Write /etc/hosts (cluster nodes)",
+            "Write chrony.conf",
+            "chrony running and enabled",
+            "Write network sysctls",
+            "Memlock limit for logins",
+            "Memlock limit for services",
+            "Admin user ops",
+            "ops's authorized_keys",
+            "sudo for admin users",
+            "Write the firewall rules",
+            "Firewall enabled",
+        ):
+            assert wanted in names, (host, wanted)
+        assert "chrony" in p.op(host, "Install base packages").text
+        assert "nftables" in p.op(host, "Install base packages").text
+        hosts_file = p.upload(host, "/etc/hosts")
+        assert "10.10.0.10\thead\n" in hosts_file
+        assert "10.20.0.21\tgpu1-fabric\n" in hosts_file
+        assert "ops@x" in p.upload(host, "/home/ops/.ssh/authorized_keys")
+        assert "ops ALL=(ALL:ALL) NOPASSWD: ALL" in p.upload(host, base.SUDOERS_FILE)
+
+
+def test_restarts_only_follow_changes(distro):
+    p = _plan(distro)
+    for op_name in (
+        "Restart chrony (configuration changed)",
+        "Apply network sysctls",
+        "Reload systemd's manager limits",
+        "Firewall loaded and enabled",
+    ):
+        assert p.op("gpu1", op_name).conditional, op_name
+
+
+def test_debian_family_uses_apt_through_the_package_cache():
+    for distro in ("debian12", "ubuntu2204", "ubuntu2404"):
+        p = _plan(distro)
+        install = p.op("gpu1", "Install base packages").text
+        assert "apt-get update" in install
+        assert "apt-get -y" in install and "install chrony nftables sudo" in install
+        proxy = p.upload("gpu1", base.APT_PROXY_FILE)
+        assert 'Acquire::http::Proxy "http://10.10.0.10:3142";' in proxy
+        assert 'Acquire::Retries "3";' in p.upload("gpu1", base.APT_NETWORK_FILE)
+        # Only the package cache node runs apt-cacher-ng.
+        assert "apt-cacher-ng" in p.op("head", "Install the cluster package cache "
+                                       "(apt-cacher-ng)").text
+        assert "Install the cluster package cache (apt-cacher-ng)" not in p.names("gpu1")
+        assert p.upload("head", "/etc/nftables.conf")
+
+
+def test_rocky_uses_dnf_and_its_own_paths():
+    p = _plan("rocky9")
+    install = p.op("gpu1", "Install base packages").text
+    assert "dnf" in install and "chrony" in install
+    assert "apt" not in p.commands("gpu1").replace("aicluster", "")
+    assert "proxy=http://10.10.0.10:3142" in p.op("gpu1", "dnf through the package cache").text
+    assert "server 10.10.0.10 iburst" in p.upload("gpu1", "/etc/chrony.conf")
+    assert "table inet aicluster" in p.upload("gpu1", "/etc/sysconfig/nftables.conf")
+    assert "systemctl start chronyd.service" in p.op("gpu1", "chrony running and enabled").text
+
+
+def test_time_server_serves_the_cluster_and_clients_use_it(distro):
+    p = _plan(distro)
+    conf = "/etc/chrony.conf" if distro == "rocky9" else "/etc/chrony/chrony.conf"
+    head = p.upload("head", conf)
+    assert "pool pool.ntp.org iburst maxsources 4" in head
+    assert "allow 10.10.0.0/24\nallow 10.20.0.0/24\n" in head
+    gpu = p.upload("gpu1", conf)
+    assert gpu.startswith("# Managed by aicluster (base).\nserver 10.10.0.10 iburst\n")
+    assert "allow" not in gpu and "pool" not in gpu
+
+
+def test_no_upstream_time_server_serves_its_own_clock():
+    p = _plan("debian12", extra={"base_chrony_upstream": []})
+    assert "local stratum 10" in p.upload("head", "/etc/chrony/chrony.conf")
+
+
+def test_container_chrony_never_sets_the_clock():
+    p = _plan("debian12", facts={"gpu1": {"Command": {CONTAINER: "systemd-nspawn"}}})
+    dropin = p.upload("gpu1", "/etc/systemd/system/chrony.service.d/aicluster-container.conf")
+    assert "ExecStart=!/usr/sbin/chronyd $DAEMON_OPTS -x" in dropin
+    assert "ConditionCapability=\n" in dropin
+    assert "No container drop-in for chrony" in p.names("head")
+
+
+def test_firewall_allows_ssh_and_cluster_networks_and_drops_the_rest(distro):
+    p = _plan(distro)
+    path = "/etc/sysconfig/nftables.conf" if distro == "rocky9" else "/etc/nftables.conf"
+    rules = p.upload("gpu1", path)
+    assert "policy drop;" in rules
+    assert "\t\ttcp dport 22 accept\n" in rules
+    assert "ip saddr 10.10.0.0/24 accept" in rules and "ip saddr 10.20.0.0/24 accept" in rules
+    # Only our own table is replaced: never a "flush ruleset".
+    assert "flush ruleset" not in rules
+
+
+def test_firewall_restricted_ssh_sources_and_public_ports():
+    p = _plan(
+        "debian12",
+        extra={
+            "base_firewall_ssh_sources": ["192.0.2.0/24", "2001:db8::/32"],
+            "base_firewall_public_ports": [{"port": 443, "proto": "tcp"}],
+        },
+    )
+    rules = p.upload("gpu1", "/etc/nftables.conf")
+    assert "ip saddr 192.0.2.0/24 tcp dport 22 accept" in rules
+    assert "ip6 saddr 2001:db8::/32 tcp dport 22 accept" in rules
+    assert "\t\ttcp dport 22 accept\n" not in rules
+    assert "tcp dport 443 accept" in rules
+
+
+def test_firewall_disabled_removes_only_our_table():
+    loaded = "nft list table inet aicluster >/dev/null 2>&1 && echo yes || echo no"
+    p = _plan(
+        "debian12",
+        extra={"base_firewall_enabled": False},
+        facts={"gpu1": {"Command": {loaded: "yes"}}, "head": {"Command": {loaded: "no"}}},
+    )
+    assert "nft delete table inet aicluster" in p.commands("gpu1")
+    assert "nft delete" not in p.commands("head")
+    assert "Write the firewall rules" not in p.names("gpu1")
+
+
+def test_sysctls_merge_user_values_over_defaults():
+    p = _plan("debian12", extra={"base_sysctl": {"net.core.somaxconn": 8192,
+                                                 "net.ipv4.tcp_mtu_probing": None}})
+    text = p.upload("gpu1", "/etc/sysctl.d/90-aicluster-network.conf")
+    assert "net.core.somaxconn = 8192\n" in text
+    assert "tcp_mtu_probing" not in text
+    assert "net.core.rmem_max = 268435456\n" in text
+
+
+def test_no_package_cache_means_no_apt_proxy():
+    extra = {"package_cache": None}
+    p = _plan("debian12", extra=extra)
+    assert "No apt proxy" in p.names("gpu1")
+    assert "Install the cluster package cache (apt-cacher-ng)" not in p.names("head")
