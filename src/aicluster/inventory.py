@@ -34,9 +34,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -85,9 +87,36 @@ DEVICE_RE = re.compile(r"^/dev/[A-Za-z0-9][A-Za-z0-9_.:+@/-]*$")
 MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
 IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}$")
 #: Data keys whose value is a secret: they must be given as a reference.
-SECRET_KEY_RE = re.compile(r"(password|passwd|token|secret|credential|private_key)", re.I)
+SECRET_KEY_RE = re.compile(
+    r"(password|passwd|token|secret|credential|private_key|(^|_)key$)", re.I
+)
+#: ... unless the key names where the secret is (``munge_key_file``) or is pyinfra's
+#: path to the deploying machine's SSH key (``ssh_key``).
+SECRET_REF_KEY_RE = re.compile(r"(_file|_path|_env|^ssh_key)$", re.I)
 
 #: The file-name group pyinfra adds (``inventories/lab.py`` -> ``lab``) is allowed too.
+
+
+def _ip_address(v: Any) -> Any:
+    if isinstance(v, (str, int)) and not isinstance(v, bool):
+        try:
+            return ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IP address") from None
+    return v
+
+
+def _ip_network(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return ipaddress.ip_network(v)
+        except ValueError as exc:
+            raise ValueError(f"{v!r} is not a network in CIDR form ({exc})") from None
+    return v
+
+
+IPAddress = Annotated[ipaddress.IPv4Address | ipaddress.IPv6Address, BeforeValidator(_ip_address)]
+IPNetwork = Annotated[ipaddress.IPv4Network | ipaddress.IPv6Network, BeforeValidator(_ip_network)]
 
 
 class InventoryError(Exception):
@@ -134,7 +163,7 @@ class NIC(_Model):
     mac: str | None = None
     speed_gbps: Annotated[int, Field(ge=1, le=800)] = 25
     network: str
-    address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+    address: IPAddress | None = None
     mtu: int = 1500
 
     @field_validator("name")
@@ -175,7 +204,7 @@ class IBPort(_Model):
     port: Annotated[int, Field(ge=1, le=2)] = 1
     rate_gbps: Annotated[int, Field(ge=10, le=800)] = 400
     network: str | None = None
-    address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+    address: IPAddress | None = None
     mode: Literal["datagram", "connected"] = "datagram"
     mtu: int = 2044
 
@@ -186,13 +215,19 @@ class IBPort(_Model):
             raise ValueError(f"{v!r} is not an HCA name such as mlx5_0")
         return v
 
+    @field_validator("mtu")
+    @classmethod
+    def _mtu(cls, v: int, info: ValidationInfo) -> int:
+        mode = info.data.get("mode")
+        if mode is None:  # the mode itself is wrong, and reported
+            return v
+        low, high = MTU_LIMITS[f"ipoib-{mode}"]
+        if not low <= v <= high:
+            raise ValueError(f"MTU {v} is out of range for IPoIB {mode} mode ({low}-{high})")
+        return v
+
     @model_validator(mode="after")
-    def _mtu(self) -> IBPort:
-        low, high = MTU_LIMITS[f"ipoib-{self.mode}"]
-        if not low <= self.mtu <= high:
-            raise ValueError(
-                f"mtu: MTU {self.mtu} is out of range for IPoIB {self.mode} mode ({low}-{high})"
-            )
+    def _address(self) -> IBPort:
         if self.address is not None and not self.network:
             raise ValueError("an IPoIB address needs a network")
         return self
@@ -207,7 +242,8 @@ class NVMe(_Model):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        if not DEVICE_RE.match(v) or "/../" in v or v.endswith("/"):
+        parts = v.split("/")[1:]
+        if not DEVICE_RE.match(v) or any(p in ("", ".", "..") for p in parts):
             raise ValueError(
                 f"{v!r} is not a block device path (use /dev/disk/by-id/... or /dev/nvmeXnY)"
             )
@@ -230,7 +266,7 @@ class HostSpec(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    ssh_hostname: ipaddress.IPv4Address | ipaddress.IPv6Address
+    ssh_hostname: IPAddress
     ssh_user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = "root"
     ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
     ssh_key: str | None = None
@@ -238,7 +274,7 @@ class HostSpec(BaseModel):
 
 
 class Network(_Model):
-    subnet: ipaddress.IPv4Network | ipaddress.IPv6Network
+    subnet: IPNetwork
     mtu: int | None = None
 
 
@@ -278,6 +314,14 @@ class ClusterSpec(BaseModel):
             )
         if "management" not in v:
             raise ValueError("the management network is required")
+        for name, network in v.items():
+            kind = "ipoib-connected" if name == "ib" else "ethernet"
+            low, high = MTU_LIMITS[kind]
+            if network.mtu is not None and not low <= network.mtu <= high:
+                raise ValueError(
+                    f"{name}.mtu: MTU {network.mtu} is out of range for the {name} network "
+                    f"({low}-{high})"
+                )
         return v
 
     @field_validator("secrets", mode="before")
