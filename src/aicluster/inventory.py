@@ -411,6 +411,24 @@ def _loc(loc: Iterable[Any]) -> str:
     return out
 
 
+#: pydantic error types whose message does not show the value given: add it.
+_SHOW_INPUT = frozenset(
+    {
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "string_pattern_mismatch",
+        "int_parsing",
+        "int_type",
+        "int_from_float",
+        "bool_parsing",
+        "bool_type",
+        "literal_error",
+    }
+)
+
+
 def _pydantic_errors(where: str, exc: ValidationError, prefix: str = "") -> list[str]:
     errors = []
     for err in exc.errors():
@@ -418,6 +436,9 @@ def _pydantic_errors(where: str, exc: ValidationError, prefix: str = "") -> list
         loc = [p for p in err["loc"] if not (isinstance(p, str) and p[:1].isupper())]
         path = _loc([*([prefix] if prefix else []), *loc])
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] in _SHOW_INPUT and "secrets" not in loc:
+            shown = repr(err["input"])
+            msg += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
         errors.append(f"{where}: {path}: {msg}" if path else f"{where}: {msg}")
     return errors
 
@@ -431,7 +452,16 @@ def _inline_secrets(data: Mapping[str, Any], path: str = "") -> list[str]:
             continue
         if isinstance(value, Mapping):
             found += _inline_secrets(value, here)
-        elif SECRET_KEY_RE.search(str(key)) and isinstance(value, str) and value:
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    found += _inline_secrets(item, f"{here}[{i}]")
+        elif (
+            SECRET_KEY_RE.search(str(key))
+            and not SECRET_REF_KEY_RE.search(str(key))
+            and isinstance(value, str)
+            and value
+        ):
             found.append(here)
     return found
 
@@ -441,10 +471,13 @@ def validate(
     *,
     extra_groups: Iterable[str] = (),
     defined_twice: Mapping[str, list[str]] | None = None,
+    undeclared: Mapping[str, list[str]] | None = None,
     source: str | None = None,
 ) -> Cluster:
     """Validate every host (name -> (groups, merged data)) and the cluster as a whole.
 
+    ``defined_twice``: hosts given with data in more than one group (host -> groups);
+    ``undeclared``: names a group lists that ``all`` does not give (name -> groups).
     Raises :class:`InventoryError` listing every problem found.
     """
     errors: list[str] = []
@@ -456,6 +489,11 @@ def validate(
         errors.append(
             f"host {name!r}: defined twice (with data in groups {', '.join(where_groups)}); "
             "give its data once and name it alone elsewhere"
+        )
+    for name, where_groups in (undeclared or {}).items():
+        errors.append(
+            f"host {name!r}: groups: named in {', '.join(where_groups)} but not given in "
+            "'all'; add it to 'all' with its data, or correct the name"
         )
 
     if not hosts:
@@ -496,14 +534,15 @@ def validate(
             parsed[name] = Host(name=name, groups=groups, spec=spec, data=data)
 
     if not cluster_specs:
-        raise InventoryError(errors, source)
+        raise InventoryError(_collapse(errors), source)
     first_name, cspec = next(iter(cluster_specs.items()))
     for name, other in cluster_specs.items():
-        if other.networks != cspec.networks:
-            errors.append(
-                f"host {name!r}: networks: differ from host {first_name!r}'s; "
-                "cluster networks must be the same for every host"
-            )
+        for fld in ClusterSpec.model_fields:
+            if getattr(other, fld) != getattr(cspec, fld):
+                errors.append(
+                    f"host {name!r}: {fld}: differs from host {first_name!r}'s value; cluster-wide "
+                    "settings must be the same for every host (set them in group_data)"
+                )
 
     groups: dict[str, tuple[str, ...]] = {}
     for name, (hgroups, _data) in hosts.items():
@@ -515,14 +554,40 @@ def validate(
     errors += _check_hosts(parsed, cspec)
     errors += _check_groups(parsed, groups, cspec)
     if errors:
-        raise InventoryError(errors, source)
+        raise InventoryError(_collapse(errors), source)
 
     cluster = Cluster(spec=cspec, hosts=parsed, groups=groups)
     errors += _component_checks(cluster)
     if errors:
-        raise InventoryError(errors, source)
+        raise InventoryError(_collapse(errors), source)
     cluster.warnings.extend(_warnings(cluster))
     return cluster
+
+
+def _collapse(errors: list[str]) -> list[str]:
+    """One line per problem: the same problem on several hosts (a bad value in
+    group_data/all.py reaches every host) is reported once, naming the other hosts."""
+    out: list[str] = []
+    first: dict[str, int] = {}
+    others: dict[str, list[str]] = {}
+    for line in errors:
+        m = re.match(r"^host '([^']*)': (.*)$", line, re.S)
+        if not m:
+            out.append(line)
+            continue
+        name, problem = m.groups()
+        if problem in first:
+            others[problem].append(name)
+        else:
+            first[problem] = len(out)
+            others[problem] = []
+            out.append(line)
+    for problem, i in first.items():
+        more = others[problem]
+        if more:
+            shown = ", ".join(repr(h) for h in more[:3]) + (", ..." if len(more) > 3 else "")
+            out[i] += f" (and on {len(more)} more host(s): {shown})"
+    return out
 
 
 def _component_checks(cluster: Cluster) -> list[str]:
@@ -709,6 +774,49 @@ def _raw_definitions(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
     return {h: gs for h, gs in where.items() if len(gs) > 1}
 
 
+def _raw_groups(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Group -> host names, as the raw inventory file lists them."""
+    groups: dict[str, list[str]] = {}
+    for key, value in module_globals.items():
+        if key.startswith("_") or not isinstance(value, (list, tuple)):
+            continue
+        items = value[0] if isinstance(value, tuple) else value
+        if not isinstance(items, (list, tuple)):
+            continue
+        names = [item[0] if isinstance(item, tuple) else item for item in items]
+        if all(isinstance(n, str) for n in names):
+            groups[key] = names
+    return groups
+
+
+def _undeclared(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Names a group lists that the file's ``all`` does not give (pyinfra drops them
+    silently, so a typo would lose the host its role)."""
+    groups = _raw_groups(module_globals)
+    if "all" not in groups:
+        return {}
+    declared = set(groups["all"])
+    out: dict[str, list[str]] = {}
+    for group, names in groups.items():
+        for name in names:
+            if name not in declared and group not in out.get(name, []):
+                out.setdefault(name, []).append(group)
+    return out
+
+
+def _forget_compiled(path: str | os.PathLike) -> None:
+    """pyinfra caches the code of every file it executes by file name: drop the
+    inventory's and its group_data's, so a file edited since is read again."""
+    from pyinfra_cli.util import PYTHON_CODES
+
+    inventory = Path(path).resolve()
+    group_data = inventory.parent / "group_data"
+    for key in list(PYTHON_CODES):
+        resolved = Path(key).resolve()
+        if resolved == inventory or resolved.parent == group_data:
+            PYTHON_CODES.pop(key, None)
+
+
 def load_hosts(path: str | os.PathLike) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
     """Load an inventory file exactly as the pyinfra CLI does, without connecting.
 
@@ -719,6 +827,7 @@ def load_hosts(path: str | os.PathLike) -> dict[str, tuple[tuple[str, ...], dict
     path = str(path)
     if not Path(path).is_file():
         raise InventoryError([f"no such inventory file: {path}"])
+    _forget_compiled(path)
     with _loading():
         inventory = make_inventory_from_files(path, cwd=str(Path(path).resolve().parent))
     out = {}
@@ -735,7 +844,10 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
     """Load and validate an inventory file. Raises :class:`InventoryError`."""
     from pyinfra_cli.util import exec_file
 
+    if not Path(path).is_file():
+        raise InventoryError([f"no such inventory file: {path}"])
     try:
+        _forget_compiled(path)
         with _loading():
             module_globals = exec_file(str(path), return_locals=True)
         hosts = load_hosts(path)
@@ -747,6 +859,7 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
         hosts,
         extra_groups=[_file_group(path)],
         defined_twice=_raw_definitions(module_globals),
+        undeclared=_undeclared(module_globals),
         source=str(path),
     )
 

@@ -84,7 +84,7 @@ def validate(cluster: Cluster) -> list[str]:
         v = layered("base", h.data)
         where = f"host {name!r}"
         server_host = v["base_chrony_server_host"]
-        if server_host and server_host not in cluster.hosts:
+        if server_host and (not isinstance(server_host, str) or server_host not in cluster.hosts):
             errors.append(
                 f"{where}: base_chrony_server_host: {server_host!r} is not a host of this "
                 "inventory"
@@ -92,7 +92,7 @@ def validate(cluster: Cluster) -> list[str]:
         users = v["base_admin_users"] or []
         if not isinstance(users, list):
             errors.append(f"{where}: base_admin_users: must be a list of users")
-            continue
+            users = []
         for i, user in enumerate(users):
             field = f"base_admin_users[{i}]"
             if not isinstance(user, Mapping) or not USER_RE.match(str(user.get("name", ""))):
@@ -101,13 +101,23 @@ def validate(cluster: Cluster) -> list[str]:
             unknown = set(user) - {"name", "ssh_keys", "sudo", "shell"}
             if unknown:
                 errors.append(f"{where}: {field}: unknown field(s) {', '.join(sorted(unknown))}")
-            for j, key in enumerate(user.get("ssh_keys") or []):
+            keys = user.get("ssh_keys") or []
+            if not isinstance(keys, list):
+                errors.append(f"{where}: {field}.ssh_keys: must be a list of public keys")
+                keys = []
+            for j, key in enumerate(keys):
                 if not isinstance(key, str) or not PUBKEY_RE.match(key):
                     errors.append(
                         f"{where}: {field}.ssh_keys[{j}]: not an SSH public key "
                         "(a private key must never be in the inventory)"
                     )
-        for key, value in {**(v["base_default_sysctl"] or {}), **(v["base_sysctl"] or {})}.items():
+        sysctls: dict[Any, Any] = {}
+        for var in ("base_default_sysctl", "base_sysctl"):
+            if not isinstance(v[var] or {}, Mapping):
+                errors.append(f"{where}: {var}: must be a mapping of sysctl name to value")
+            else:
+                sysctls.update(v[var] or {})
+        for key, value in sysctls.items():
             if not re.match(r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+)+$", str(key)):
                 errors.append(f"{where}: base_sysctl: {key!r} is not a sysctl name")
             elif value is not None and not re.match(r"^[A-Za-z0-9 ._:-]+$", str(value)):

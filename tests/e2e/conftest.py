@@ -1,0 +1,104 @@
+"""End-to-end tests on the local testbed (systemd-nspawn nodes on this machine).
+
+Each engine gets its own fresh two-node testbed (module-scoped fixture), which is
+torn down afterwards whatever happened. Needs root; marked ``e2e`` so a developer can
+run the rest alone with ``-m 'not e2e'``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TESTBED_INVENTORY = ROOT / "inventories" / "testbed.py"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+def env() -> dict[str, str]:
+    out = dict(os.environ)
+    out["PATH"] = f"{BIN}:{out.get('PATH', '')}"
+    out["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    out.pop("PYTHONPATH", None)
+    return out
+
+
+def run(args: list[str], timeout: int = 1200, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command from the repository root, echoing its output into the test log."""
+    print("$", " ".join(map(str, args)), flush=True)
+    proc = subprocess.run(
+        [str(a) for a in args],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    print(proc.stdout[-20000:])
+    print(proc.stderr[-20000:], file=sys.stderr)
+    if check:
+        assert proc.returncode == 0, f"{args[0]} exited {proc.returncode}"
+    return proc
+
+
+@dataclass
+class Testbed:
+    state: dict
+
+    @property
+    def nodes(self) -> list[dict]:
+        return self.state["nodes"]
+
+    def ssh(self, node: str, command: str, check: bool = True) -> str:
+        proc = run([BIN / "aicluster", "testbed", "ssh", node, command], timeout=120, check=False)
+        if check:
+            assert proc.returncode == 0, f"{node}: {command!r} exited {proc.returncode}"
+        return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    """A fresh two-node testbed for one test module (one engine)."""
+    if os.geteuid() != 0:
+        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
+    from aicluster import testbed as tb
+
+    if tb.state.load_state():
+        tb.down()
+    try:
+        state = tb.up(nodes=2)
+        yield Testbed(state)
+    finally:
+        tb.down()
+
+
+def pyinfra_results(output: str) -> dict[str, int]:
+    """The "Grand total" row of pyinfra's results table: operations that changed
+    something ("Success"), failed ("Error") and found nothing to do ("No Change")."""
+    for line in output.splitlines():
+        if line.strip().startswith("Grand total"):
+            cells = line.split()[2:]
+            values = [0 if c == "-" else int(c) for c in cells]
+            return dict(zip(("host_ops", "changed", "errors", "no_change"), values))
+    raise AssertionError("pyinfra printed no results table")
+
+
+def ansible_changed(output: str) -> dict[str, int]:
+    """changed=N per host from ansible-playbook's recap."""
+    return {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", output, re.M)
+    }

@@ -1,0 +1,38 @@
+"""After `aicluster testbed down`, nothing the testbed made is left on the host."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import BIN, run
+
+
+def _sh(cmd: str) -> str:
+    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout
+
+
+def test_up_then_down_leaves_nothing():
+    if os.geteuid() != 0:
+        pytest.fail("the end-to-end tests need root")
+    from aicluster.testbed import state
+
+    run([BIN / "aicluster", "testbed", "up", "--nodes", "2"], timeout=900)
+    st = state.load_state()
+    pids = [n["pid"] for n in st["nodes"]] + [p["pid"] for p in st["proxies"].values()]
+    run([BIN / "aicluster", "testbed", "down"], timeout=300)
+    assert state.load_state() is None
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists(), f"process {pid} is still running"
+    links = _sh("ip -o link show")
+    for name in ("acmgmt0", "acfab0", "vb-node", "vf-node"):
+        assert name not in links, f"{name} is still there"
+    assert "aicluster" not in _sh("cat /proc/mounts")
+    assert _sh("pgrep -x systemd-nspawn").strip() == ""
+    for hier in ("systemd", "unified"):
+        leftovers = [p.name for p in Path(f"/sys/fs/cgroup/{hier}").glob("aicluster*")]
+        assert not leftovers, (hier, leftovers)
+    assert "aicluster" not in _sh("losetup -a")
