@@ -28,7 +28,8 @@ base_admin_users = [
     {
         "name": "ops",
         "ssh_keys": [
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFk3v4S3h3oV0bC9rj8w2nJ2dCq3lHf0i0q8R9mQxYz1 ops@lab"
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFk3v4S3h3oV0bC9rj8w2nJ2dCq3lHf0i0q8R9mQxYz1 "
+            "ops@lab"
         ],
         "sudo": True,
     },

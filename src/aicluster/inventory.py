@@ -87,9 +87,7 @@ DEVICE_RE = re.compile(r"^/dev/[A-Za-z0-9][A-Za-z0-9_.:+@/-]*$")
 MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
 IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}$")
 #: Data keys whose value is a secret: they must be given as a reference.
-SECRET_KEY_RE = re.compile(
-    r"(password|passwd|token|secret|credential|private_key|(^|_)key$)", re.I
-)
+SECRET_KEY_RE = re.compile(r"(password|passwd|token|secret|credential|private_key|(^|_)key$)", re.I)
 #: ... unless the key names where the secret is (``munge_key_file``) or is pyinfra's
 #: path to the deploying machine's SSH key (``ssh_key``).
 SECRET_REF_KEY_RE = re.compile(r"(_file|_path|_env|^ssh_key)$", re.I)
@@ -98,21 +96,27 @@ SECRET_REF_KEY_RE = re.compile(r"(_file|_path|_env|^ssh_key)$", re.I)
 
 
 def _ip_address(v: Any) -> Any:
-    if isinstance(v, (str, int)) and not isinstance(v, bool):
-        try:
-            return ipaddress.ip_address(v)
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IP address") from None
-    return v
+    """An IP address written as a string, with one message when it is not one."""
+    if isinstance(v, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        return v
+    try:
+        if not isinstance(v, str):
+            raise ValueError
+        return ipaddress.ip_address(v)
+    except ValueError:
+        raise ValueError(f"{v!r} is not an IP address") from None
 
 
 def _ip_network(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return ipaddress.ip_network(v)
-        except ValueError as exc:
-            raise ValueError(f"{v!r} is not a network in CIDR form ({exc})") from None
-    return v
+    """A network in CIDR form written as a string, with one message when it is not one."""
+    if isinstance(v, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
+        return v
+    try:
+        if not isinstance(v, str):
+            raise ValueError("give it as a string such as '10.0.0.0/24'")
+        return ipaddress.ip_network(v)
+    except ValueError as exc:
+        raise ValueError(f"{v!r} is not a network in CIDR form ({exc})") from None
 
 
 IPAddress = Annotated[ipaddress.IPv4Address | ipaddress.IPv6Address, BeforeValidator(_ip_address)]
@@ -286,8 +290,10 @@ class SecretRef(_Model):
 
     @model_validator(mode="after")
     def _one(self) -> SecretRef:
-        if (self.file is None) == (self.env is None):
-            raise ValueError("give exactly one of 'file' or 'env'")
+        if self.file is not None and self.env is not None:
+            raise ValueError("gives both 'file' and 'env'; give exactly one of them")
+        if self.file is None and self.env is None:
+            raise ValueError("gives neither 'file' nor 'env'; give exactly one of them")
         if self.env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", self.env):
             raise ValueError(f"{self.env!r} is not an environment variable name")
         return self
@@ -540,8 +546,9 @@ def validate(
         for fld in ClusterSpec.model_fields:
             if getattr(other, fld) != getattr(cspec, fld):
                 errors.append(
-                    f"host {name!r}: {fld}: differs from host {first_name!r}'s value; cluster-wide "
-                    "settings must be the same for every host (set them in group_data)"
+                    f"host {name!r}: {fld}: not the same as on host {first_name!r}; "
+                    "cluster-wide settings must be the same for every host (set them in "
+                    "group_data)"
                 )
 
     groups: dict[str, tuple[str, ...]] = {}
@@ -854,7 +861,11 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
     except InventoryError:
         raise
     except Exception as exc:  # a Python error in the user's inventory file
-        raise InventoryError([f"cannot load the inventory: {exc}"], str(path)) from exc
+        # pyinfra wraps it in an UnexpectedExternalError, whose str() fails.
+        cause = getattr(exc, "exception", exc)
+        raise InventoryError(
+            [f"cannot load the inventory: {type(cause).__name__}: {cause}"], str(path)
+        ) from exc
     return validate(
         hosts,
         extra_groups=[_file_group(path)],
@@ -876,12 +887,17 @@ def cluster_from_pyinfra(inventory) -> Cluster:
 def ansible_inventory(path: str | os.PathLike, cluster: Cluster | None = None) -> dict[str, Any]:
     """The Ansible JSON inventory for an inventory file: the same hosts, groups and
     merged data pyinfra sees, plus Ansible's connection variables."""
+    from aicluster.deploys import NETWORK_RETRIES, NETWORK_TIMEOUT
+
     hosts = load_hosts(path)
     cluster = cluster or load_cluster(path)
     out: dict[str, Any] = {"_meta": {"hostvars": {}}, "all": {"children": ["ungrouped"]}}
     for name, (_groups, data) in hosts.items():
         hv = {k: v for k, v in data.items() if not k.startswith("_")}
         hv.update(derived_vars(cluster, name))
+        # The timeout and retries of every task that waits on the network (as pyinfra's).
+        hv["aicluster_network_timeout"] = NETWORK_TIMEOUT
+        hv["aicluster_network_retries"] = NETWORK_RETRIES
         hv["ansible_host"] = str(data["ssh_hostname"])
         hv["ansible_user"] = data.get("ssh_user", "root")
         hv["ansible_port"] = data.get("ssh_port", 22)

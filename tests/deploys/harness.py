@@ -10,6 +10,7 @@ change happened and marked ``conditional``.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,14 +18,14 @@ from unittest import mock
 
 import pyinfra
 from pyinfra.api import Config, Inventory, State
-from pyinfra.api.state import StateStage
 from pyinfra.api import host as api_host
-import importlib
-
-api_operation = importlib.import_module("pyinfra.api.operation")
+from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 
 import aicluster.deploys as deploys
+
+# pyinfra.api re-exports a function named `operation`; the module holds the helpers.
+api_operation = importlib.import_module("pyinfra.api.operation")
 
 
 @dataclass

@@ -92,7 +92,7 @@ def pyinfra_results(output: str) -> dict[str, int]:
         if line.strip().startswith("Grand total"):
             cells = line.split()[2:]
             values = [0 if c == "-" else int(c) for c in cells]
-            return dict(zip(("host_ops", "changed", "errors", "no_change"), values))
+            return dict(zip(("host_ops", "changed", "errors", "no_change"), values, strict=True))
     raise AssertionError("pyinfra printed no results table")
 
 

@@ -86,8 +86,7 @@ def validate(cluster: Cluster) -> list[str]:
         server_host = v["base_chrony_server_host"]
         if server_host and (not isinstance(server_host, str) or server_host not in cluster.hosts):
             errors.append(
-                f"{where}: base_chrony_server_host: {server_host!r} is not a host of this "
-                "inventory"
+                f"{where}: base_chrony_server_host: {server_host!r} is not a host of this inventory"
             )
         users = v["base_admin_users"] or []
         if not isinstance(users, list):

@@ -53,7 +53,8 @@ def status(as_json: bool) -> None:
     click.echo(f"{'NODE':<8} {'ADDRESS':<13} {'SUPERVISOR':<11} {'NSPAWN':<8} {'SSH':<4} STATE")
     for node in data["nodes"]:
         click.echo(
-            f"{node['name']:<8} {node['address']:<13} {node['pid'] or '-':<11} "
+            f"{node['name']:<8} {node['address']:<13} "
+            f"{node['pid'] if node['supervisor_alive'] else 'exited':<11} "
             f"{node['nspawn_pid'] or '-':<8} {'yes' if node['ssh'] else 'no':<4} "
             f"{'running' if node['running'] else 'NOT RUNNING'}"
         )

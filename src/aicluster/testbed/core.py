@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import shutil
 import threading
 import time
@@ -14,7 +15,12 @@ from typing import Any
 from aicluster.testbed import state as st
 from aicluster.testbed.errors import TestbedError
 from aicluster.testbed.host import check_host, ensure_host_packages, require_root
-from aicluster.testbed.image import ensure_base_dir, ensure_base_tarball, write_node_config
+from aicluster.testbed.image import (
+    ensure_base_dir,
+    ensure_base_tarball,
+    remove_stale_bases,
+    write_node_config,
+)
 from aicluster.testbed.network import ensure_bridges, link_exists, remove_bridges
 from aicluster.testbed.node import (
     PROPAGATE_ROOT,
@@ -30,11 +36,14 @@ from aicluster.testbed.node import (
 )
 from aicluster.testbed.proxy import ensure_proxies, proxy_running, stop_proxies
 from aicluster.testbed.sources import host_mirror
-from aicluster.testbed.system import log, mounts_under, run
+from aicluster.testbed.system import log, mounts_under, run, wait_until
+
+#: nspawn's runtime directory on the host (it makes locks/ there; we make propagate/).
+NSPAWN_RUN_DIR = Path("/run/systemd/nspawn")
 
 #: Files and directories ``down`` removes from the state directory (nothing else).
-STATE_ENTRIES = ["state.json", "state.json.tmp", "nodes", "base", "base.partial", "proxies",
-                 "id_ed25519", "id_ed25519.pub"]
+STATE_ENTRIES = ["state.json", "state.json.tmp", "nodes", "proxies", "id_ed25519",
+                 "id_ed25519.pub"]
 
 
 @contextlib.contextmanager
@@ -79,17 +88,27 @@ def _up(count: int) -> dict[str, Any]:
     started_at = time.monotonic()
     ensure_host_packages()
     check_host()
-    base_dir = st.state_dir()
-    base_dir.mkdir(parents=True, exist_ok=True)
-    base_dir.chmod(0o700)
-    data = st.load_state() or st.empty_state()
+    sdir = st.state_dir()
+    data = st.load_state()
+    if data is None:
+        data = st.empty_state()
+        # Directories that only the testbed will have made; ``down`` removes them if empty.
+        data["created_dirs"] = _missing_dirs(sdir.parent) + _missing_dirs(NSPAWN_RUN_DIR)
+    sdir.mkdir(parents=True, exist_ok=True)
+    sdir.chmod(0o700)
+    st.save_state(data)
     mirror = host_mirror()
-    key = _ensure_key(base_dir)
+    key = _ensure_key(sdir)
     pubkey = key.with_suffix(".pub").read_text()
 
-    tarball = ensure_base_tarball(mirror)
     running = {e["name"] for e in data["nodes"] if supervisor_alive(e["name"], e.get("pid"))}
-    base = ensure_base_dir(tarball, base_dir / "base", in_use=bool(running))
+    if data.get("base") and Path(data["base"]).is_dir() and data["nodes"]:
+        # Existing nodes keep the lower layer they were made with.
+        base = Path(data["base"])
+    else:
+        base = ensure_base_dir(ensure_base_tarball(mirror))
+        data["base"] = str(base)
+        remove_stale_bases({base})
 
     ensure_bridges()
     st.save_state(data)
@@ -138,15 +157,23 @@ def down() -> None:
 
 
 def _down() -> None:
-    base_dir = st.state_dir()
-    data = st.load_state(base_dir)
+    sdir = st.state_dir()
+    data = st.load_state(sdir)
     entries = list((data or {}).get("nodes") or [])
     known = {e["name"] for e in entries}
-    nodes_dir = base_dir / "nodes"
+    nodes_dir = sdir / "nodes"
     if nodes_dir.is_dir():  # nodes that never made it into state.json
         for path in sorted(nodes_dir.iterdir()):
             if path.name not in known:
                 entries.append({"name": path.name})
+    if data is None and not entries and not sdir.exists():
+        log(f"no testbed in {sdir}; nothing to remove")
+        return
+    # Our long-lived processes (children of the host's init once daemonized), to wait
+    # below until init has reaped them, so that nothing of ours is left, not even a zombie.
+    ours = [e["pid"] for e in entries if supervisor_alive(e["name"], e.get("pid"))]
+    ours += [p["pid"] for n, p in ((data or {}).get("proxies") or {}).items()
+             if proxy_running(n, p.get("pid"))]
     stop_nodes(entries)
     for entry in entries:
         remove_node(entry["name"])
@@ -155,17 +182,40 @@ def _down() -> None:
     stop_proxies(data)
     if data is not None or link_exists(st.MGMT_BRIDGE) or link_exists(st.FABRIC_BRIDGE):
         remove_bridges()
-    if mounts_under(base_dir):
-        raise TestbedError(f"still mounted under {base_dir}: {mounts_under(base_dir)}")
+    if mounts_under(sdir):
+        raise TestbedError(f"still mounted under {sdir}: {mounts_under(sdir)}")
     for name in STATE_ENTRIES:
-        path = base_dir / name
+        path = sdir / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
-    if _empty_dir(base_dir):
-        base_dir.rmdir()
+    if _empty_dir(sdir):
+        sdir.rmdir()
+    for path in sorted((data or {}).get("created_dirs") or [], key=len, reverse=True):
+        _remove_empty_tree(Path(path))
+    wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in ours), 10)
     log("down: testbed removed (cache kept in " + str(st.cache_dir()) + ")")
+
+
+def _missing_dirs(path: Path) -> list[str]:
+    """*path* and those of its ancestors that do not exist yet (deepest first)."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(str(path))
+        path = path.parent
+    return missing
+
+
+def _remove_empty_tree(path: Path) -> None:
+    """Remove *path* and the directories below it, as long as they hold no files."""
+    if not path.is_dir() or path.is_symlink() or mounts_under(path):
+        return
+    for dirpath, _dirs, _files in os.walk(path, topdown=False):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass  # not empty: something else uses it
 
 
 def _empty_dir(path: Path) -> bool:
@@ -179,7 +229,10 @@ def status() -> dict[str, Any]:
     ``{"exists": False, ...}`` when there is no testbed. Needs no lock; SSH checks
     need root only to read the key.
     """
-    data = st.load_state()
+    try:
+        data = st.load_state()
+    except PermissionError as exc:
+        raise TestbedError(f"cannot read the testbed state ({exc}); run as root") from exc
     if data is None:
         return {"exists": False, "nodes": [], "proxies": {}}
     nodes = []

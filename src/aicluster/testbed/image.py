@@ -2,8 +2,8 @@
 
 The base is built once per *base key* (image recipe version, suite, package list
 and the host's extra CA certificates) and kept as ``base-<suite>-<key>.tar.zst``
-under the cache directory; ``up`` unpacks it into ``<state dir>/base``, the shared
-lower layer of every node's overlayfs. Per-node files are written into the
+under the cache directory, and unpacked once beside it into ``base-<suite>-<key>/``,
+the shared (read-only) lower layer of every node's overlayfs. Per-node files are written into the
 node's own (upper) layer before it first boots.
 """
 
@@ -171,7 +171,7 @@ def enable_unit(root: Path, unit: str, _seen: set[str] | None = None) -> list[st
     made = []
     for link in links:
         link_path = root / link
-        if link_path.resolve() == (root / path.lstrip("/")).resolve() and link_path.is_symlink():
+        if link_path.is_symlink() and os.readlink(link_path) == path:
             continue
         link_path.parent.mkdir(parents=True, exist_ok=True)
         if link_path.is_symlink() or link_path.exists():
@@ -261,7 +261,7 @@ def build_base(mirror: Mirror, tarball: Path, ca_files: list[Path]) -> None:
         root.mkdir(parents=True)
     prepare_base_root(root, ca_files)
     partial = build / tarball.name
-    run(["tar", *TAR_OPTS, "-I", "zstd -T0 -6", "-C", str(root), "-cf", str(partial), "."],
+    run(["tar", *TAR_OPTS, "-I", "zstd -T0 -3", "-C", str(root), "-cf", str(partial), "."],
         timeout=900)
     os.replace(partial, tarball)
     _rmtree_checked(build)
@@ -278,21 +278,16 @@ def ensure_base_tarball(mirror: Mirror) -> Path:
     tarball = tarball_path(cache, base_key(ca_files))
     if not tarball.exists():
         build_base(mirror, tarball, ca_files)
-        for old in cache.glob(f"base-{SUITE}-*.tar.zst"):
-            if old != tarball:
-                old.unlink()
     return tarball
 
 
-def ensure_base_dir(tarball: Path, base: Path, in_use: bool) -> Path:
-    """Unpack *tarball* into *base* unless it already holds it. A base that running nodes
-    use (*in_use*) is kept even if a newer tarball exists."""
+def ensure_base_dir(tarball: Path) -> Path:
+    """The unpacked base (lower layer of every node) for *tarball*, kept beside it in the
+    cache directory: ``base-<suite>-<key>/``. Unpacked only if missing."""
+    base = tarball.with_name(tarball.name.removesuffix(".tar.zst"))
     marker = base / BASE_MARKER
-    if marker.exists():
-        if marker.read_text().strip() == tarball.name or in_use:
-            return base
-    if in_use:
-        raise TestbedError(f"{base} is used by nodes but is not a complete base image")
+    if marker.exists() and marker.read_text().strip() == tarball.name:
+        return base
     partial = base.with_name(base.name + ".partial")
     _rmtree_checked(partial)
     partial.mkdir(parents=True)
@@ -303,6 +298,21 @@ def ensure_base_dir(tarball: Path, base: Path, in_use: bool) -> Path:
     os.replace(partial, base)
     log(f"unpacked {tarball.name} in {time.monotonic() - start:.1f} s")
     return base
+
+
+def remove_stale_bases(keep: set[Path]) -> None:
+    """Delete cached tarballs and unpacked bases other than those in *keep* (and their
+    tarballs), e.g. after the base key changed. Never touches a mounted tree."""
+    cache = st.cache_dir()
+    keep_names = {p.name.removesuffix(".tar.zst") for p in keep}
+    for path in cache.glob(f"base-{SUITE}-*"):
+        if path.name.removesuffix(".tar.zst").removesuffix(".partial") in keep_names:
+            continue
+        if path.is_dir():
+            if not mounts_under(path):
+                shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def hosts_file(n: int, count: int) -> str:

@@ -82,6 +82,9 @@ def nspawn_command(name: str, root: Path | str) -> list[str]:
         "--link-journal=no",
         "--console=passive",
         "--system-call-filter=open_by_handle_at",
+        # nspawn drops CAP_SYS_RESOURCE, so a node cannot raise its own locked-memory
+        # limit the way a real machine does for RDMA: give it the limit at boot.
+        "--rlimit=MEMLOCK=infinity",
     ]
 
 

@@ -52,11 +52,11 @@ def parse_one_line(text: str) -> list[SourceEntry]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        if "[" in line:  # options: deb [arch=amd64 signed-by=...] URI ...
-            head, _, rest = line.partition("[")
-            _, _, rest = rest.partition("]")
-            line = head + rest
-        words = line.split()
+        kind, _, rest = line.partition(" ")
+        rest = rest.strip()
+        if rest.startswith("["):  # options: deb [arch=amd64 signed-by=...] URI ...
+            rest = rest.partition("]")[2]
+        words = [kind, *rest.split()]
         if len(words) < 3 or words[0] not in ("deb", "deb-src"):
             continue
         entries.append(SourceEntry([words[0]], [words[1]], [words[2]], words[3:]))

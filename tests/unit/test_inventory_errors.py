@@ -1,0 +1,710 @@
+"""Every bad inventory input is refused before any host is touched, with its own
+message naming the host and the field.
+
+Each case changes one thing in a valid two-host inventory (see conftest.py), writes it
+to a temporary directory, loads it with ``aicluster.inventory.load_cluster`` and
+expects exactly one problem: its host, its field and its wording.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aicluster.inventory import InventoryError, load_cluster
+
+PRIVATE_KEY = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "b3BlbnNzaC1rZXktdjEAAAAA\n"
+    "-----END OPENSSH PRIVATE KEY-----\n"
+)
+PUBLIC_KEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFk3v4S3h3oV0bC9rj8w2nJ2dCq3lHf0i0q8R9mQxYz1 ops@test"
+)
+
+
+def _gpu(count: int, model: str = "H100-SXM5-80GB") -> dict[str, Any]:
+    return {"model": model, "count": count, "memory_gb": 80}
+
+
+#: (id, changes, host, field, wording). A change is (path, value): see
+#: InventorySpec.set (None removes the key); ("+name", n) adds a host made like the
+#: others with addresses .n; ("twice.group", name) names a host in a group with its
+#: data again.
+# fmt: off
+CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
+    # -- hosts given twice, addresses used twice --------------------------------
+    (
+        "host-with-data-twice",
+        [("twice.monitoring", "n1")],
+        "n1", "defined twice",
+        "(with data in groups all, monitoring); give its data once",
+    ),
+    (
+        "group-names-unknown-host",
+        [("groups.monitoring", ["n9"])],
+        "n9", "groups",
+        "named in monitoring but not given in 'all'",
+    ),
+    (
+        "duplicate-management-address",
+        [("n2.ssh_hostname", "192.0.2.1")],
+        "n2", "ssh_hostname",
+        "address 192.0.2.1 is also used by host 'n1' (ssh_hostname)",
+    ),
+    (
+        "duplicate-nic-address",
+        [("n2.hardware.nics[0].address", "198.51.100.1")],
+        "n2", "hardware.nics[0].address",
+        "address 198.51.100.1 is also used by host 'n1' (hardware.nics[0].address)",
+    ),
+    (
+        "duplicate-mac",
+        [("n2.hardware.nics[0].mac", "02:00:00:00:00:01")],
+        "n2", "hardware.nics[0].mac",
+        "02:00:00:00:00:01 is also used by host 'n1'",
+    ),
+    (
+        "duplicate-mac-any-case",
+        [("n2.hardware.nics[0].mac", "02:00:00:00:00:01".upper())],
+        "n2", "hardware.nics[0].mac",
+        "02:00:00:00:00:01 is also used by host 'n1'",
+    ),
+    # -- addresses and networks ------------------------------------------------
+    (
+        "ssh-hostname-outside-management",
+        [("n1.ssh_hostname", "10.9.9.9")],
+        "n1", "ssh_hostname",
+        "10.9.9.9 is outside the management network 192.0.2.0/24",
+    ),
+    (
+        "nic-address-outside-fabric",
+        [("n1.hardware.nics[0].address", "198.51.101.1")],
+        "n1", "hardware.nics[0].address",
+        "198.51.101.1 is outside the fabric network 198.51.100.0/24",
+    ),
+    (
+        "ipoib-address-outside-ib",
+        [("n1.hardware.ib_ports", [{"device": "mlx5_0", "network": "ib", "address": "10.4.0.1"}])],
+        "n1", "hardware.ib_ports[0].address",
+        "10.4.0.1 is outside the ib network 203.0.113.0/24",
+    ),
+    (
+        "ssh-hostname-not-an-ip",
+        [("n1.ssh_hostname", "n1.example.org")],
+        "n1", "ssh_hostname",
+        "'n1.example.org' is not an IP address",
+    ),
+    (
+        "nic-address-not-an-ip",
+        [("n1.hardware.nics[0].address", "198.51.100.300")],
+        "n1", "hardware.nics[0].address",
+        "'198.51.100.300' is not an IP address",
+    ),
+    (
+        "unknown-network-on-nic",
+        [("n1.hardware.nics[0].network", "storage")],
+        "n1", "hardware.nics[0].network",
+        "unknown network 'storage'; declared: management, fabric, ib",
+    ),
+    (
+        "unknown-network-on-ib-port",
+        [("n1.hardware.ib_ports", [{"device": "mlx5_0", "network": "infiniband"}])],
+        "n1", "hardware.ib_ports[0].network",
+        "unknown network 'infiniband'",
+    ),
+    (
+        "ipoib-address-without-network",
+        [("n1.hardware.ib_ports", [{"device": "mlx5_0", "address": "203.0.113.1"}])],
+        "n1", "hardware.ib_ports[0]",
+        "an IPoIB address needs a network",
+    ),
+    (
+        "unknown-network-name",
+        [("all.networks.public", {"subnet": "172.16.0.0/24"})],
+        "n1", "networks",
+        "unknown network(s) public; known: management, fabric, storage, ib",
+    ),
+    (
+        "missing-management-network",
+        [("all.networks", {"fabric": {"subnet": "198.51.100.0/24"}})],
+        "n1", "networks",
+        "the management network is required",
+    ),
+    (
+        "no-networks-at-all",
+        [("all.networks", None)],
+        "n1", "networks",
+        "Field required",
+    ),
+    (
+        "subnet-with-host-bits",
+        [("all.networks.management.subnet", "192.0.2.1/24")],
+        "n1", "networks.management.subnet",
+        "'192.0.2.1/24' is not a network in CIDR form (192.0.2.1/24 has host bits set)",
+    ),
+    (
+        "network-mtu-out-of-range",
+        [("all.networks.fabric.mtu", 9600)],
+        "n1", "networks",
+        "fabric.mtu: MTU 9600 is out of range for the fabric network (1280-9216)",
+    ),
+    (
+        "networks-differ-between-hosts",
+        [("n2.networks", {"management": {"subnet": "192.0.2.0/24"},
+                          "fabric": {"subnet": "198.51.100.0/24"},
+                          "ib": {"subnet": "203.0.113.0/24"}})],
+        "n2", "networks",
+        "not the same as on host 'n1'; cluster-wide settings must be the same",
+    ),
+    (
+        "package-proxy-differs-between-hosts",
+        [("n2.package_proxy", "http://192.0.2.254:3142")],
+        "n2", "package_proxy",
+        "not the same as on host 'n1'",
+    ),
+    # -- groups ----------------------------------------------------------------
+    (
+        "unknown-group",
+        [("groups.slurm_worker", ["n1"])],
+        "n1", "groups",
+        "unknown group 'slurm_worker'; known groups: ceph_clients, ceph_mds",
+    ),
+    (
+        "slurm-workers-without-controller",
+        [("groups.slurm_workers", ["n1", "n2"])],
+        "n1", "groups",
+        "is in slurm_workers, which needs one slurm_controller (two with a backup); "
+        "the inventory has 0",
+    ),
+    (
+        "three-slurm-controllers",
+        [("+n3", 3), ("groups.slurm_controller", ["n1", "n2", "n3"])],
+        "n3", "groups",
+        "slurm_controller allows at most 2 host(s); the inventory has 3",
+    ),
+    (
+        "ray-workers-without-head",
+        [("groups.ray_workers", ["n2"])],
+        "n2", "groups",
+        "is in ray_workers, which needs exactly one ray_head; the inventory has 0",
+    ),
+    (
+        "two-ray-heads",
+        [("groups.ray_head", ["n1", "n2"])],
+        "n2", "groups",
+        "ray_head allows at most 1 host(s); the inventory has 2",
+    ),
+    (
+        "k3s-agents-without-servers",
+        [("groups.k3s_agents", ["n2"])],
+        "n2", "groups",
+        "is in k3s_agents, which needs at least one k3s_servers host; the inventory has 0",
+    ),
+    (
+        "ceph-osds-without-mons",
+        [("groups.ceph_osds", ["n2"])],
+        "n2", "groups",
+        "is in ceph_osds, which needs at least one ceph_mons host; the inventory has 0",
+    ),
+    (
+        "nfs-clients-without-server",
+        [("groups.nfs_clients", ["n2"])],
+        "n2", "groups",
+        "is in nfs_clients, which needs exactly one nfs_server; the inventory has 0",
+    ),
+    (
+        "gpu-node-without-gpus",
+        [("groups.gpu_nodes", ["n1"])],
+        "n1", "hardware.gpus.count",
+        "is in gpu_nodes but declares no GPUs",
+    ),
+    (
+        "ib-node-without-ib-ports",
+        [("groups.ib_nodes", ["n1"])],
+        "n1", "hardware.ib_ports",
+        "is in ib_nodes but declares no InfiniBand port",
+    ),
+    # -- MTUs ------------------------------------------------------------------
+    (
+        "ethernet-mtu-9500",
+        [("n1.hardware.nics[0].mtu", 9500)],
+        "n1", "hardware.nics[0].mtu",
+        "MTU 9500 is out of range for Ethernet (1280-9216)",
+    ),
+    (
+        "ethernet-mtu-500",
+        [("n1.hardware.nics[0].mtu", 500)],
+        "n1", "hardware.nics[0].mtu",
+        "MTU 500 is out of range for Ethernet (1280-9216)",
+    ),
+    (
+        "ipoib-datagram-mtu-4096",
+        [("n1.hardware.ib_ports", [{"device": "mlx5_0", "mtu": 4096}])],
+        "n1", "hardware.ib_ports[0].mtu",
+        "MTU 4096 is out of range for IPoIB datagram mode (1280-4092)",
+    ),
+    (
+        "ipoib-connected-mtu-65521",
+        [("n1.hardware.ib_ports", [{"device": "mlx5_0", "mode": "connected", "mtu": 65521}])],
+        "n1", "hardware.ib_ports[0].mtu",
+        "MTU 65521 is out of range for IPoIB connected mode (1280-65520)",
+    ),
+    # -- devices ---------------------------------------------------------------
+    *[
+        (
+            f"device-{label}",
+            [("n1.hardware.nvme", [{"device": device}])],
+            "n1", "hardware.nvme[0].device",
+            f"{device!r} is not a block device path (use /dev/disk/by-id/... or /dev/nvmeXnY)",
+        )
+        for label, device in [
+            ("bare-name", "nvme0n1"),
+            ("dev-dir", "/dev/"),
+            ("outside-dev", "/tmp/disk"),
+            ("dotdot", "/dev/../etc/passwd"),
+            ("trailing-dotdot", "/dev/disk/by-id/.."),
+            ("dot", "/dev/./nvme0n1"),
+        ]
+    ],
+    (
+        "device-listed-twice",
+        [("n1.hardware.nvme", [{"device": "/dev/nvme0n1"}, {"device": "/dev/nvme0n1"}])],
+        "n1", "hardware.nvme[1].device",
+        "/dev/nvme0n1 is listed twice",
+    ),
+    (
+        "nic-listed-twice",
+        [("n1.hardware.nics", [{"name": "eth1", "network": "fabric"},
+                               {"name": "eth1", "network": "fabric"}])],
+        "n1", "hardware.nics[1].name",
+        "eth1 is listed twice",
+    ),
+    # -- counts ----------------------------------------------------------------
+    (
+        "gpu-count-negative",
+        [("n1.hardware.gpus", _gpu(-1))],
+        "n1", "hardware.gpus.count",
+        "Input should be greater than or equal to 0 (got -1)",
+    ),
+    (
+        "gpu-count-64",
+        [("n1.hardware.gpus", _gpu(64))],
+        "n1", "hardware.gpus.count",
+        "Input should be less than or equal to 16 (got 64)",
+    ),
+    (
+        "cpus-zero",
+        [("n1.hardware.cpus", 0)],
+        "n1", "hardware.cpus",
+        "Input should be greater than or equal to 1 (got 0)",
+    ),
+    (
+        "memory-absurd",
+        [("n1.hardware.memory_gb", 10**7)],
+        "n1", "hardware.memory_gb",
+        "Input should be less than or equal to 65536 (got 10000000)",
+    ),
+    (
+        "nic-speed-zero",
+        [("n1.hardware.nics[0].speed_gbps", 0)],
+        "n1", "hardware.nics[0].speed_gbps",
+        "Input should be greater than or equal to 1 (got 0)",
+    ),
+    (
+        "gpus-without-model",
+        [("n1.hardware.gpus", {"count": 8})],
+        "n1", "hardware.gpus",
+        "a GPU model is required when count > 0",
+    ),
+    (
+        "nvswitch-without-gpus",
+        [("n1.hardware.gpus", {"nvswitch": True})],
+        "n1", "hardware.gpus",
+        "nvswitch is set but the node has no GPUs",
+    ),
+    (
+        "nic-without-name-or-mac",
+        [("n1.hardware.nics", [{"network": "fabric", "address": "198.51.100.1"}])],
+        "n1", "hardware.nics[0]",
+        "a NIC needs a name or a mac",
+    ),
+    (
+        "nic-bad-mac",
+        [("n1.hardware.nics[0].mac", "02:00:00:00:01")],
+        "n1", "hardware.nics[0].mac",
+        "'02:00:00:00:01' is not a MAC address (aa:bb:cc:dd:ee:ff)",
+    ),
+    (
+        "unknown-hardware-field",
+        [("n1.hardware.gpu", 8)],
+        "n1", "hardware.gpu",
+        "Extra inputs are not permitted",
+    ),
+    # -- secrets ---------------------------------------------------------------
+    (
+        "secret-inline-under-secrets",
+        [("all.secrets", {"munge_key": "abc"})],
+        "n1", "secrets",
+        "secret 'munge_key' is written inline; give {'file': PATH} or {'env': VARIABLE}",
+    ),
+    (
+        "secret-inline-password-key",
+        [("all.minio_root_password", "x")],
+        "n1", "minio_root_password",
+        "a secret is written inline; put it in a file or an environment variable",
+    ),
+    (
+        "secret-inline-key-key",
+        [("all.munge_key", "abc")],
+        "n1", "munge_key",
+        "a secret is written inline",
+    ),
+    (
+        "secret-inline-nested-in-list",
+        [("all.base_admin_users", [{"name": "ops", "password": "hunter2"}])],
+        "n1", "base_admin_users[0].password",
+        "a secret is written inline",
+    ),
+    (
+        "secret-ref-file-and-env",
+        [("all.secrets", {"munge_key": {"file": "/etc/munge.key", "env": "MUNGE_KEY"}})],
+        "n1", "secrets.munge_key",
+        "gives both 'file' and 'env'; give exactly one of them",
+    ),
+    (
+        "secret-ref-neither",
+        [("all.secrets", {"munge_key": {}})],
+        "n1", "secrets.munge_key",
+        "gives neither 'file' nor 'env'; give exactly one of them",
+    ),
+    (
+        "secret-ref-bad-env-name",
+        [("all.secrets", {"k3s_token": {"env": "K3S TOKEN"}})],
+        "n1", "secrets.k3s_token",
+        "'K3S TOKEN' is not an environment variable name",
+    ),
+    # -- versions and cluster settings -----------------------------------------
+    (
+        "version-latest",
+        [("all.slurm_version", "latest")],
+        "n1", "slurm_version",
+        "'latest' is not a version (like '23.11.4' or '535')",
+    ),
+    (
+        "version-wildcard",
+        [("all.slurm_version", "23.11.x")],
+        "n1", "slurm_version",
+        "'23.11.x' is not a version (like '23.11.4' or '535')",
+    ),
+    (
+        "version-not-a-string",
+        [("all.nvidia_driver_version", 535)],
+        "n1", "nvidia_driver_version",
+        "535 is not a version",
+    ),
+    (
+        "cluster-name-bad",
+        [("all.cluster_name", "My Cluster")],
+        "n1", "cluster_name",
+        "String should match pattern '^[a-z][a-z0-9_-]{0,39}$' (got 'My Cluster')",
+    ),
+    (
+        "package-cache-unknown-host",
+        [("all.package_cache", "cache1")],
+        "n1", "package_cache",
+        "'cache1' is not a host of this inventory",
+    ),
+    (
+        "package-proxy-not-a-url",
+        [("all.package_proxy", "proxy.example:3142")],
+        "n1", "package_proxy",
+        "String should match pattern",
+    ),
+    # -- base_* (aicluster.deploys.base.validate) ------------------------------
+    (
+        "chrony-server-unknown-host",
+        [("all.base_chrony_server_host", "ntp1")],
+        "n1", "base_chrony_server_host",
+        "'ntp1' is not a host of this inventory",
+    ),
+    (
+        "admin-user-private-key",
+        [("all.base_admin_users", [{"name": "ops", "ssh_keys": [PRIVATE_KEY]}])],
+        "n1", "base_admin_users[0].ssh_keys[0]",
+        "not an SSH public key (a private key must never be in the inventory)",
+    ),
+    (
+        "admin-user-garbage-key",
+        [("all.base_admin_users", [{"name": "ops", "ssh_keys": ["hello world"]}])],
+        "n1", "base_admin_users[0].ssh_keys[0]",
+        "not an SSH public key",
+    ),
+    (
+        "admin-user-keys-not-a-list",
+        [("all.base_admin_users", [{"name": "ops", "ssh_keys": PUBLIC_KEY}])],
+        "n1", "base_admin_users[0].ssh_keys",
+        "must be a list of public keys",
+    ),
+    (
+        "admin-user-bad-name",
+        [("all.base_admin_users", [{"name": "Ops Team", "ssh_keys": [PUBLIC_KEY]}])],
+        "n1", "base_admin_users[0].name",
+        "not a valid user name",
+    ),
+    (
+        "admin-user-unknown-field",
+        [("all.base_admin_users", [{"name": "ops", "groups": ["wheel"]}])],
+        "n1", "base_admin_users[0]",
+        "unknown field(s) groups",
+    ),
+    (
+        "admin-users-not-a-list",
+        [("all.base_admin_users", {"name": "ops"})],
+        "n1", "base_admin_users",
+        "must be a list of users",
+    ),
+    (
+        "sysctl-bad-name",
+        [("all.base_sysctl", {"net core rmem": 1})],
+        "n1", "base_sysctl",
+        "'net core rmem' is not a sysctl name",
+    ),
+    (
+        "sysctl-bad-value",
+        [("all.base_sysctl", {"net.core.rmem_max": "1; reboot"})],
+        "n1", "base_sysctl.net.core.rmem_max",
+        "'1; reboot' is not a sysctl value",
+    ),
+    (
+        "sysctl-not-a-mapping",
+        [("all.base_sysctl", ["net.core.rmem_max=1"])],
+        "n1", "base_sysctl",
+        "must be a mapping of sysctl name to value",
+    ),
+    # -- connection fields -----------------------------------------------------
+    (
+        "host-name-uppercase",
+        [("+Node3", 3)],
+        "Node3", "name",
+        "not a valid host name (a-z, 0-9, '-'; max 63)",
+    ),
+    (
+        "host-name-underscore",
+        [("+node_3", 3)],
+        "node_3", "name",
+        "not a valid host name",
+    ),
+    (
+        "ssh-port-zero",
+        [("n1.ssh_port", 0)],
+        "n1", "ssh_port",
+        "Input should be greater than or equal to 1 (got 0)",
+    ),
+    (
+        "ssh-port-too-big",
+        [("n1.ssh_port", 70000)],
+        "n1", "ssh_port",
+        "Input should be less than or equal to 65535 (got 70000)",
+    ),
+    (
+        "ssh-port-not-a-number",
+        [("n1.ssh_port", "ssh")],
+        "n1", "ssh_port",
+        "Input should be a valid integer",
+    ),
+    (
+        "ssh-user-bad",
+        [("n1.ssh_user", "Admin")],
+        "n1", "ssh_user",
+        "(got 'Admin')",
+    ),
+    (
+        "ssh-hostname-missing",
+        [("n1.ssh_hostname", None)],
+        "n1", "ssh_hostname",
+        "Field required",
+    ),
+]
+# fmt: on
+
+
+def _apply(spec, changes):
+    for path, value in changes:
+        if path.startswith("+"):
+            spec.hosts[path[1:]] = spec.node(value)
+        elif path.startswith("twice."):
+            spec.groups[path.removeprefix("twice.")] = [(value, spec.hosts[value])]
+        else:
+            spec.set(path, value)
+
+
+@pytest.mark.parametrize(
+    "changes, host, field, wording",
+    [pytest.param(*case[1:], id=case[0]) for case in CASES],
+)
+def test_bad_input_is_refused_naming_host_and_field(spec, changes, host, field, wording):
+    _apply(spec, changes)
+    with pytest.raises(InventoryError) as caught:
+        load_cluster(spec.write())
+    errors = caught.value.errors
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"host {host!r}: {field}"), errors[0]
+    assert wording in errors[0], errors[0]
+    # The report names the file and counts the problems.
+    assert str(caught.value).startswith(f"{spec.directory / 'cluster.py'}: invalid inventory")
+
+
+def test_case_ids_are_unique():
+    ids = [case[0] for case in CASES]
+    assert len(ids) == len(set(ids))
+
+
+def test_each_case_has_its_own_message():
+    """No two cases share the same (host, field, wording) expectation, except where
+    the point is that two spellings of one value are one value."""
+    same_on_purpose = {"duplicate-mac-any-case"}
+    keys = [(case[2], case[3], case[4]) for case in CASES if case[0] not in same_on_purpose]
+    duplicates = {k for k in keys if keys.count(k) > 1}
+    assert not duplicates, duplicates
+
+
+def test_a_private_key_is_never_echoed(spec):
+    spec.set("all.base_admin_users", [{"name": "ops", "ssh_keys": [PRIVATE_KEY]}])
+    with pytest.raises(InventoryError) as caught:
+        load_cluster(spec.write())
+    assert "PRIVATE KEY" not in str(caught.value)
+    assert "b3BlbnNzaC1rZXktdjEAAAAA" not in str(caught.value)
+
+
+def test_an_inline_secret_value_is_never_echoed(spec):
+    spec.set("all.secrets", {"munge_key": "s3cr3t-v4lue"})
+    spec.set("all.minio_root_password", "an0ther-s3cret")
+    with pytest.raises(InventoryError) as caught:
+        load_cluster(spec.write())
+    assert "s3cr3t-v4lue" not in str(caught.value)
+    assert "an0ther-s3cret" not in str(caught.value)
+
+
+def test_every_problem_is_reported_at_once(spec):
+    spec.set("n1.ssh_port", 0)
+    spec.set("n2.hardware.nics[0].mtu", 9500)
+    spec.set("groups.slurm_worker", ["n1"])
+    with pytest.raises(InventoryError) as caught:
+        load_cluster(spec.write())
+    errors = caught.value.errors
+    assert len(errors) == 3, errors
+    assert "invalid inventory (3 problem(s))" in str(caught.value)
+    assert any(e.startswith("host 'n1': ssh_port:") for e in errors)
+    assert any(e.startswith("host 'n2': hardware.nics[0].mtu:") for e in errors)
+    assert any(e.startswith("host 'n1': groups: unknown group 'slurm_worker'") for e in errors)
+
+
+def test_a_cluster_wide_problem_is_reported_once_naming_the_other_hosts(spec):
+    spec.hosts["n3"] = spec.node(3)
+    spec.set("all.slurm_version", "latest")
+    with pytest.raises(InventoryError) as caught:
+        load_cluster(spec.write())
+    assert caught.value.errors == [
+        "host 'n1': slurm_version: 'latest' is not a version (like '23.11.4' or '535') "
+        "(and on 2 more host(s): 'n2', 'n3')"
+    ]
+
+
+def test_a_python_error_in_the_inventory_is_an_inventory_error(spec):
+    path = spec.write()
+    path.write_text(path.read_text().replace("all = ", "all = undefined_name + "))
+    with pytest.raises(InventoryError, match="cannot load the inventory: .*undefined_name"):
+        load_cluster(path)
+
+
+def test_a_missing_inventory_file_is_an_inventory_error(tmp_path):
+    with pytest.raises(InventoryError, match="no such inventory file"):
+        load_cluster(tmp_path / "nope.py")
+
+
+def test_an_empty_inventory_is_refused(spec):
+    spec.hosts.clear()
+    with pytest.raises(InventoryError, match="the inventory has no hosts"):
+        load_cluster(spec.write())
+
+
+def test_an_edited_inventory_is_read_again(spec):
+    """pyinfra caches compiled inventory files by name; an edit must still be seen."""
+    path = spec.write()
+    assert len(load_cluster(path).hosts) == 2
+    spec.set("n2.ssh_hostname", "192.0.2.1")
+    spec.write()
+    with pytest.raises(InventoryError, match="address 192.0.2.1 is also used"):
+        load_cluster(path)
+
+
+# ---------------------------------------------------------------------------
+# What is fine stays fine (the bounds of the rules above)
+# ---------------------------------------------------------------------------
+
+# fmt: off
+GOOD: list[tuple[str, list[tuple[str, Any]]]] = [
+    ("ipoib-connected-mtu-65520",
+     [("n1.hardware.ib_ports", [{"device": "mlx5_0", "mode": "connected", "mtu": 65520}])]),
+    ("ipoib-datagram-mtu-4092", [("n1.hardware.ib_ports", [{"device": "mlx5_0", "mtu": 4092}])]),
+    ("ethernet-mtu-9216", [("n1.hardware.nics[0].mtu", 9216)]),
+    ("ethernet-mtu-1280", [("n1.hardware.nics[0].mtu", 1280)]),
+    ("ib-network-mtu-65520", [("all.networks.ib.mtu", 65520)]),
+    ("device-by-id", [("n1.hardware.nvme", [{"device": "/dev/disk/by-id/nvme-X_Y-1.0:2"}])]),
+    ("same-device-on-two-hosts", [("n1.hardware.nvme", [{"device": "/dev/nvme0n1"}]),
+                                  ("n2.hardware.nvme", [{"device": "/dev/nvme0n1"}])]),
+    ("gpus-16", [("n1.hardware.gpus", _gpu(16))]),
+    ("secret-refs", [("all.secrets", {"munge_key": {"file": "/etc/aicluster/munge.key"},
+                                      "k3s_token": {"env": "AICLUSTER_K3S_TOKEN"}})]),
+    ("secret-path-keys", [("all.munge_key_file", "/etc/aicluster/munge.key"),
+                          ("n1.ssh_key", "~/.ssh/id_ed25519"),
+                          ("all.ansible_ssh_private_key_file", "~/.ssh/id_ed25519")]),
+    ("version-forms", [("all.slurm_version", "23.11.4"), ("all.nvidia_driver_version", "535"),
+                       ("all.k3s_version", "1.30.2+k3s1"), ("all.ray_version", "2.9.0-1")]),
+    ("ipv6-management", [("all.networks.management.subnet", "2001:db8::/64"),
+                         ("n1.ssh_hostname", "2001:db8::1"), ("n2.ssh_hostname", "2001:db8::2")]),
+    ("nic-by-mac-only", [("n1.hardware.nics[0].name", None)]),
+    ("slurm-backup-controller", [("groups.slurm_controller", ["n1", "n2"]),
+                                 ("groups.slurm_workers", ["n2"])]),
+    ("admin-user-public-key", [("all.base_admin_users", [{"name": "ops", "ssh_keys": [PUBLIC_KEY],
+                                                          "sudo": True, "shell": "/bin/zsh"}])]),
+    ("sysctl-null-drops-default", [("all.base_sysctl", {"net.core.somaxconn": None})]),
+    ("chrony-server-in-inventory", [("all.base_chrony_server_host", "n1")]),
+    ("package-cache-in-inventory", [("all.package_cache", "n1")]),
+    ("package-proxy-url", [("all.package_proxy", "http://192.0.2.254:3142")]),
+    ("component-settings-pass-through",
+     [("all.slurm_config", {"SchedulerType": "sched/backfill"})]),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("changes", [pytest.param(c, id=i) for i, c in GOOD])
+def test_valid_input_is_accepted(spec, changes):
+    _apply(spec, changes)
+    cluster = load_cluster(spec.write())
+    assert set(cluster.hosts) == {"n1", "n2"}
+
+
+def test_the_error_examples_in_the_docs_are_real(spec, tmp_path_factory):
+    """docs/inventory.md quotes messages: each must be one these cases produce, and
+    its full example report must be the broken fixture's."""
+    repo = Path(__file__).resolve().parents[2]
+    doc = (repo / "docs" / "inventory.md").read_text()
+    produced = set()
+    for case in CASES:
+        case_spec = type(spec)(directory=tmp_path_factory.mktemp("case") / "inventory")
+        _apply(case_spec, case[1])
+        with pytest.raises(InventoryError) as caught:
+            load_cluster(case_spec.write())
+        produced |= {
+            re.sub(r" \(and on \d+ more host\(s\): .*\)$", "", e) for e in caught.value.errors
+        }
+    examples = doc.split("More examples")[1].split("```")[1].strip().splitlines()
+    assert len(examples) >= 20
+    assert [e for e in examples if e not in produced] == []
+    report = repo / "tests" / "fixtures" / "inventories" / "broken" / "expected-errors.txt"
+    assert report.read_text() in doc

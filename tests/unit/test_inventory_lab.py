@@ -1,0 +1,225 @@
+"""The example inventory validates, and the values derived from an inventory (hosts
+file entries, component lists, warnings, the Ansible inventory) are what they should be.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aicluster.inventory import (
+    COMPONENT_ORDER,
+    KNOWN_GROUPS,
+    ansible_inventory,
+    load_cluster,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "inventories" / "lab.py"
+GPUS = ("gpu1", "gpu2", "gpu3", "gpu4")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    return load_cluster(LAB)
+
+
+def test_lab_validates_with_six_hosts(lab):
+    assert list(lab.hosts) == ["head", *GPUS, "storage1"]
+
+
+def test_lab_groups(lab):
+    assert {g: set(m) for g, m in lab.groups.items()} == {
+        "lab": {"head", *GPUS, "storage1"},
+        "gpu_nodes": set(GPUS),
+        "ib_nodes": set(GPUS),
+        "slurm_controller": {"head"},
+        "slurm_workers": set(GPUS),
+        "ray_head": {"head"},
+        "ray_workers": set(GPUS),
+        "nfs_server": {"storage1"},
+        "nfs_clients": {"head", *GPUS},
+        "monitoring": {"head"},
+    }
+
+
+def test_lab_hardware_is_parsed(lab):
+    gpu1 = lab.hosts["gpu1"].spec.hardware
+    assert (gpu1.gpus.model, gpu1.gpus.count, gpu1.gpus.nvswitch) == ("H100-SXM5-80GB", 8, True)
+    assert [p.device for p in gpu1.ib_ports] == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    assert gpu1.ib_ports[0].mtu == 2044 and gpu1.ib_ports[0].mode == "datagram"
+    assert [n.mac for n in gpu1.nics] == ["b8:3f:d2:00:01:01", "b8:3f:d2:00:01:02"]
+    assert len(lab.hosts["storage1"].spec.hardware.nvme) == 4
+    assert lab.hosts["head"].spec.ssh_user == "root" and lab.hosts["head"].spec.ssh_port == 22
+
+
+def test_lab_cluster_settings(lab):
+    assert lab.spec.cluster_name == "lab"
+    assert lab.spec.package_cache == "head"
+    assert set(lab.spec.secrets) == {"munge_key", "k3s_token", "minio_root_password"}
+    assert lab.network_subnets() == ["10.10.0.0/24", "10.20.0.0/24", "10.30.0.0/24", "10.40.0.0/24"]
+
+
+def test_lab_warns_of_a_single_slurm_controller(lab):
+    assert lab.warnings == [
+        "slurm_controller has one host: it is a single point of failure "
+        "(name a second host for a backup controller)"
+    ]
+
+
+def test_lab_etc_hosts(lab):
+    expected = [
+        ("head", "10.10.0.10"),
+        ("head-fabric", "10.20.0.10"),
+        ("head-storage", "10.30.0.10"),
+    ]
+    for n in range(1, 5):
+        expected += [
+            (f"gpu{n}", f"10.10.0.{20 + n}"),
+            (f"gpu{n}-fabric", f"10.20.0.{20 + n}"),
+            (f"gpu{n}-storage", f"10.30.0.{20 + n}"),
+            (f"gpu{n}-ib", f"10.40.0.{20 + n}"),
+        ]
+    expected += [("storage1", "10.10.0.40"), ("storage1-storage", "10.30.0.40")]
+    assert lab.etc_hosts() == [{"address": a, "names": [name]} for name, a in expected]
+
+
+def test_lab_network_addresses(lab):
+    gpu1 = lab.hosts["gpu1"]
+    assert gpu1.address == "10.10.0.21"
+    assert gpu1.network_address("fabric") == "10.20.0.21"
+    assert gpu1.network_address("ib") == "10.40.0.21"  # IPoIB, from the first IB port
+    assert lab.hosts["storage1"].network_address("fabric") is None
+
+
+def test_components_in_deploy_order(lab):
+    assert lab.hosts["head"].components() == [
+        "base",
+        "network",
+        "nfs",
+        "slurm",
+        "ray",
+        "monitoring",
+    ]
+    assert lab.hosts["gpu1"].components() == [
+        "base",
+        "network",
+        "infiniband",
+        "nvidia",
+        "nvme_cache",
+        "nfs",
+        "slurm",
+        "ray",
+    ]
+    assert lab.hosts["storage1"].components() == ["base", "network", "nfs"]
+
+
+def test_a_host_in_every_group_gets_every_component_in_order(spec):
+    spec.hosts = {"n1": spec.node(1)}
+    spec.set("n1.hardware.gpus", {"model": "L40S", "count": 4})
+    spec.set("n1.hardware.ib_ports", [{"device": "mlx5_0"}])
+    for group in KNOWN_GROUPS:
+        spec.set(f"groups.{group}", ["n1"])
+    cluster = load_cluster(spec.write())
+    assert cluster.hosts["n1"].components() == list(COMPONENT_ORDER)
+    assert COMPONENT_ORDER[0] == "base"
+
+
+def test_no_warnings_with_a_backup_controller(spec):
+    spec.set("groups.slurm_controller", ["n1", "n2"])
+    spec.set("groups.slurm_workers", ["n2"])
+    assert load_cluster(spec.write()).warnings == []
+
+
+def test_warning_for_several_ollama_nodes_without_a_gateway(spec):
+    spec.set("groups.ollama", ["n1", "n2"])
+    assert load_cluster(spec.write()).warnings == [
+        "ollama runs on several nodes without an ollama_gateway: each Ollama serves alone; "
+        "add a gateway node to balance requests across them"
+    ]
+
+
+def test_no_warning_for_several_ollama_nodes_with_a_gateway(spec):
+    spec.set("groups.ollama", ["n1", "n2"])
+    spec.set("groups.ollama_gateway", ["n1"])
+    assert load_cluster(spec.write()).warnings == []
+
+
+def test_the_file_name_is_a_group_too(spec):
+    spec.name = "rack7"
+    cluster = load_cluster(spec.write())
+    assert cluster.group("rack7") == ("n1", "n2")
+
+
+# ---------------------------------------------------------------------------
+# The Ansible inventory
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lab_ansible(lab):
+    return ansible_inventory(LAB, lab)
+
+
+def test_ansible_groups_and_children(lab, lab_ansible):
+    children = lab_ansible["all"]["children"]
+    assert children[0] == "ungrouped"
+    assert set(children[1:]) == set(lab.groups)
+    for group, members in lab.groups.items():
+        assert lab_ansible[group] == {"hosts": list(members)}
+
+
+def test_ansible_hostvars_connection(lab_ansible):
+    hostvars = lab_ansible["_meta"]["hostvars"]
+    assert list(hostvars) == ["head", *GPUS, "storage1"]
+    gpu1 = hostvars["gpu1"]
+    assert (gpu1["ansible_host"], gpu1["ansible_user"], gpu1["ansible_port"]) == (
+        "10.10.0.21",
+        "root",
+        22,
+    )
+    assert "ansible_ssh_private_key_file" not in gpu1
+
+
+def test_ansible_hostvars_hold_the_inventory_data(lab_ansible):
+    gpu1 = lab_ansible["_meta"]["hostvars"]["gpu1"]
+    assert gpu1["cluster_name"] == "lab"
+    assert gpu1["hardware"]["gpus"]["count"] == 8
+    assert gpu1["networks"]["fabric"] == {"subnet": "10.20.0.0/24", "mtu": 9000}
+    assert gpu1["secrets"]["k3s_token"] == {"env": "AICLUSTER_K3S_TOKEN"}
+
+
+def test_ansible_hostvars_hold_the_derived_base_vars(lab, lab_ansible):
+    hostvars = lab_ansible["_meta"]["hostvars"]
+    for name in lab.hosts:
+        for var in (
+            "base_etc_hosts",
+            "base_trusted_networks",
+            "base_firewall_ssh_port",
+            "base_apt_proxy_url",
+            "base_package_cache_here",
+            "base_chrony_sources",
+            "base_chrony_allow",
+            "base_chrony_local",
+            "base_sysctl_settings",
+        ):
+            assert var in hostvars[name], (name, var)
+    assert hostvars["gpu1"]["base_etc_hosts"] == lab.etc_hosts()
+    assert hostvars["gpu1"]["base_apt_proxy_url"] == "http://10.10.0.10:3142"
+    assert hostvars["gpu1"]["base_chrony_sources"] == ["server 10.10.0.10 iburst"]
+    assert hostvars["head"]["base_package_cache_here"] is True
+    assert hostvars["head"]["base_chrony_allow"] == lab.network_subnets()
+    assert hostvars["gpu1"]["base_chrony_allow"] == []
+
+
+def test_ansible_ssh_key_and_port(spec):
+    spec.set("n1.ssh_key", "/home/ops/.ssh/id_ed25519")
+    spec.set("n1.ssh_port", 2222)
+    spec.set("n1.ssh_user", "ops")
+    inventory = ansible_inventory(spec.write())
+    n1 = inventory["_meta"]["hostvars"]["n1"]
+    assert n1["ansible_ssh_private_key_file"] == "/home/ops/.ssh/id_ed25519"
+    assert (n1["ansible_port"], n1["ansible_user"]) == (2222, "ops")
+    assert inventory["_meta"]["hostvars"]["n2"]["base_firewall_ssh_port"] == 22
+    assert n1["base_firewall_ssh_port"] == 2222
