@@ -766,15 +766,21 @@ def _loading():
         _LOADING = previous
 
 
-def _raw_definitions(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Hosts given with data in more than one group of the raw inventory file."""
-    where: dict[str, list[str]] = {}
+def _raw_group_items(module_globals: Mapping[str, Any]):
+    """(group, items) for each group of the raw inventory file, as pyinfra reads them:
+    public lists, or ``(list, data)`` tuples."""
     for key, value in module_globals.items():
         if key.startswith("_") or not isinstance(value, (list, tuple)):
             continue
         items = value[0] if isinstance(value, tuple) else value
-        if not isinstance(items, (list, tuple)):
-            continue
+        if isinstance(items, (list, tuple)):
+            yield key, items
+
+
+def _raw_definitions(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Hosts given with data in more than one group of the raw inventory file."""
+    where: dict[str, list[str]] = {}
+    for key, items in _raw_group_items(module_globals):
         for item in items:
             if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
                 where.setdefault(item[0], []).append(key)
@@ -784,12 +790,7 @@ def _raw_definitions(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
 def _raw_groups(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
     """Group -> host names, as the raw inventory file lists them."""
     groups: dict[str, list[str]] = {}
-    for key, value in module_globals.items():
-        if key.startswith("_") or not isinstance(value, (list, tuple)):
-            continue
-        items = value[0] if isinstance(value, tuple) else value
-        if not isinstance(items, (list, tuple)):
-            continue
+    for key, items in _raw_group_items(module_globals):
         names = [item[0] if isinstance(item, tuple) else item for item in items]
         if all(isinstance(n, str) for n in names):
             groups[key] = names
