@@ -31,7 +31,7 @@ def _node(node: dict) -> tuple[str, dict]:
             # Testbed nodes make new host keys each time they are built.
             "ssh_known_hosts_file": "/dev/null",
             "ssh_strict_host_key_checking": "no",
-            "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null",
+            "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no",
             "hardware": {
                 "cpus": 1,
                 "memory_gb": 2,

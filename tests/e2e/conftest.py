@@ -35,12 +35,14 @@ def env() -> dict[str, str]:
     return out
 
 
-def run(args: list[str], timeout: int = 1200, check: bool = True) -> subprocess.CompletedProcess:
-    """Run a command from the repository root, echoing its output into the test log."""
+def run(
+    args: list, timeout: int = 1200, check: bool = True, cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
+    """Run a command (from the repository root), echoing its output into the test log."""
     print("$", " ".join(map(str, args)), flush=True)
     proc = subprocess.run(
         [str(a) for a in args],
-        cwd=ROOT,
+        cwd=cwd,
         env=env(),
         capture_output=True,
         text=True,

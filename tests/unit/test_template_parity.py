@@ -35,6 +35,8 @@ from aicluster.inventory import Cluster, ansible_inventory, load_cluster
 from aicluster.render import defaults, os_vars, render
 
 LAB = PROJECT_ROOT / "inventories" / "lab.py"
+#: Whether a node is a container decides which files base writes (the chrony drop-in),
+#: never a template's variables, so every template is rendered for every case.
 FAMILIES = ("Debian", "RedHat")
 TEMPLATES = sorted(ROLES_DIR.glob("*/templates/*.j2"))
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -260,6 +262,7 @@ def _run_ansible(renders: list[Render], work: Path) -> tuple[Path, int, int, str
         "ANSIBLE_CONFIG": str(work / "ansible.cfg"),
         "ANSIBLE_HOME": str(work / "ansible-home"),
         "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
+        "ANSIBLE_REMOTE_TMP": str(work / "ansible-remote-tmp"),
         "ANSIBLE_FORKS": str(len(tasks)),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
