@@ -10,8 +10,10 @@ whole stack. Nodes reach packages only through the host's proxies on the managem
 bridge; time is served by node1 from its own clock, so nothing leaves the bridges.
 """
 
+import json as _json
+
 from aicluster.inventory import finish
-from aicluster.testbed.state import fabric_address, load_state, node_number
+from aicluster.testbed.state import fabric_address, load_state, node_number, state_dir
 
 _state = load_state()
 if not _state or not _state.get("nodes"):
@@ -31,7 +33,9 @@ def _node(node: dict) -> tuple[str, dict]:
             # Testbed nodes make new host keys each time they are built.
             "ssh_known_hosts_file": "/dev/null",
             "ssh_strict_host_key_checking": "no",
-            "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no",
+            "ansible_ssh_common_args": (
+                "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no"
+            ),
             "hardware": {
                 "cpus": 1,
                 "memory_gb": 2,
@@ -66,5 +70,16 @@ all = (
         ],
     },
 )
+
+
+# Rehearsals (a version bump, a config change) without editing this file: the JSON
+# object in <testbed state dir>/overrides.json is laid over the cluster data above.
+_overrides = state_dir() / "overrides.json"
+if _overrides.exists():
+    all[1].update(_json.loads(_overrides.read_text()))
+    # group_data/all.py (pinned versions) wins over the data above; host data wins
+    # over both, so the overrides go on every host too (a ray_version bump).
+    for _name, _data in all[0]:
+        _data.update(_json.loads(_overrides.read_text()))
 
 finish(globals())

@@ -32,7 +32,7 @@ def _run(tool: str, *args: str) -> None:
 
 
 def test_ruff():
-    _run("ruff", "check", "src", "tests", "deploy.py", "inventories")
+    _run("ruff", "check", "src", "tests", "deploy.py", "inventories", "bench")
 
 
 def test_yamllint():
