@@ -17,6 +17,8 @@ def _gpu_worker(n: int) -> tuple[str, dict]:
         f"gpu{n}",
         {
             "ssh_hostname": f"10.10.0.{20 + n}",
+            # A custom Ray resource: tasks asking for it land on NVSwitch nodes.
+            "ray_resources": {"nvswitch": 1},
             "hardware": {
                 "cpus": 112,
                 "memory_gb": 2048,

@@ -36,9 +36,13 @@ def _node(node: dict) -> tuple[str, dict]:
             "ansible_ssh_common_args": (
                 "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no"
             ),
+            # Slurm's stand-in GPU (the testbed has none): gres.conf names a device node
+            # the e2e tests create (a copy of /dev/null); production deploys create none.
+            "slurm_gpu_device_pattern": "/dev/aicluster-standin-gpu{index}",
             "hardware": {
                 "cpus": 1,
                 "memory_gb": 2,
+                "gpus": {"model": "standin", "count": 1},
                 "nics": [
                     {
                         "name": node["fabric_nic"],
@@ -64,13 +68,24 @@ all = (
         "package_proxy": _state["package_proxy"],
         "base_chrony_server_host": _state["nodes"][0]["name"],
         "base_chrony_upstream": [],
+        # Generated once per testbed on this machine (mode 0600), never shown.
+        "secrets": {"munge_key": {"file": str(state_dir() / "secrets" / "munge.key")}},
         # An admin user who logs in with the testbed's own key, to prove admin users work.
         "base_admin_users": [
             {"name": "aiops", "ssh_keys": [_public_key], "sudo": True},
         ],
+        "ray_network": "management",
     },
 )
 
+# Slurm: node1 runs slurmctld and slurmd, node2 slurmd.
+slurm_controller = [_state["nodes"][0]["name"]]
+slurm_workers = [n["name"] for n in _state["nodes"]]
+
+# Ray: node1 runs the head, the other nodes join it. On the management network: the
+# fabric NICs get their addresses from the network component, which is not built yet.
+ray_head = [_state["nodes"][0]["name"]]
+ray_workers = [n["name"] for n in _state["nodes"][1:]]
 
 # Rehearsals (a version bump, a config change) without editing this file: the JSON
 # object in <testbed state dir>/overrides.json is laid over the cluster data above.

@@ -33,6 +33,8 @@ class PlannedOp:
     name: str
     commands: list[str]
     conditional: bool
+    #: Position in pyinfra's global order: every host runs operation i before i + 1.
+    index: int = -1
 
     @property
     def text(self) -> str:
@@ -133,13 +135,13 @@ def plan(
         for h in inventory:
             ops = []
             with ctx_host.use(h):
-                for op_hash in state.get_op_order():
+                for index, op_hash in enumerate(state.get_op_order()):
                     op = state.ops[h].get(op_hash)
                     if op is None:
                         continue
                     name = op_names[(h.name, op_hash)].split(" | ", 1)[-1]
                     commands = [_command_text(c) for c in op.command_generator()]
                     conditional = bool(op.global_arguments.get("_if"))
-                    ops.append(PlannedOp(name, commands, conditional))
+                    ops.append(PlannedOp(name, commands, conditional, index))
             result.ops[h.name] = ops
     return result

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import re
+import runpy
 import subprocess
 
-from tests.e2e.conftest import Testbed
+from tests.e2e.conftest import ROOT, Testbed
 
 #: Whether this host may raise the locked-memory limit at all (a sandboxed host
 #: without CAP_SYS_RESOURCE cannot, and its nspawn nodes inherit that).
@@ -53,3 +55,165 @@ def assert_base(tb: Testbed) -> None:
     server = tb.nodes[0]["address"]
     sources = tb.ssh(tb.nodes[1]["name"], "chronyc -n sources")
     assert server in sources, sources
+
+
+#: Runs on the head as a Ray driver: one task pinned to each alive node (hard node
+#: affinity), each returning the hostname it ran on.
+RAY_PROBE = """
+import socket, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
+ray.init(address="auto", logging_level="ERROR")
+@ray.remote(num_cpus=0)
+def where():
+    return socket.gethostname()
+nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+print("RAN-ON", " ".join(sorted(ray.get(
+    [where.options(scheduling_strategy=On(n, soft=False)).remote() for n in nodes]))))
+"""
+
+RAY_UNITS = {"head": "ray-head", "worker": "ray-worker"}
+#: The Ray version the inventories pin.
+RAY_VERSION = runpy.run_path(str(ROOT / "inventories" / "group_data" / "all.py"))["ray_version"]
+
+
+def ray_venv(version: str) -> str:
+    return f"/opt/aicluster/ray/{version}/venv"
+
+
+def ray_start_times(tb: Testbed) -> dict[str, str]:
+    """When each node's Ray unit last became active (node1 runs the head)."""
+    out = {}
+    for i, node in enumerate(tb.nodes):
+        unit = RAY_UNITS["head" if i == 0 else "worker"]
+        out[node["name"]] = tb.ssh(
+            node["name"], f"systemctl show -p ActiveEnterTimestampMonotonic {unit}"
+        ).strip()
+    return out
+
+
+def ray_live_nodes(status: str) -> list[str]:
+    """The nodes `ray status` lists as active or idle (not those of recent failures):
+    a manually started cluster names each node ``node_<id>``."""
+    live = status.split("Active:", 1)[-1].split("Pending:", 1)[0]
+    return re.findall(r"^\s*\d+ (node_[0-9a-f]+)\s*$", live, re.M)
+
+
+def assert_ray(tb: Testbed, version: str) -> None:
+    """`ray status` on the head lists every node; a task runs on each node."""
+    names = sorted(n["name"] for n in tb.nodes)
+    head = tb.nodes[0]["name"]
+    venv = ray_venv(version)
+    for i, node in enumerate(tb.nodes):
+        unit = RAY_UNITS["head" if i == 0 else "worker"]
+        assert tb.ssh(node["name"], f"systemctl is-active {unit}").strip() == "active"
+        assert tb.ssh(node["name"], f"{venv}/bin/ray --version").strip().endswith(version)
+    # Workers join within seconds; give a slow node a minute.
+    status = ""
+    for _ in range(30):
+        status = tb.ssh(head, f"{venv}/bin/ray status", check=False)
+        if len(ray_live_nodes(status)) >= len(names):
+            break
+        tb.ssh(head, "sleep 2")
+    print(status)
+    assert len(ray_live_nodes(status)) == len(names), status
+    tb.ssh(head, f"cat > /tmp/ray_probe.py <<'EOF'\n{RAY_PROBE}\nEOF")
+    out = tb.ssh(head, f"{venv}/bin/python /tmp/ray_probe.py")
+    ran = next(line for line in out.splitlines() if line.startswith("RAN-ON"))
+    assert ran.split()[1:] == names, out
+
+
+#: Slurm on the testbed: node1 runs slurmctld and slurmd, node2 slurmd. The testbed
+#: has no GPU: each node's gres.conf names a STAND-IN device node, a character device
+#: like /dev/null made here by the test (a production deploy makes none).
+SLURM_STANDIN_GPU = "/dev/aicluster-standin-gpu0"
+
+
+def make_standin_gpus(tb: Testbed) -> None:
+    """Create the stand-in GPU device node on every testbed node (before the deploy)."""
+    for node in tb.nodes:
+        tb.ssh(node["name"], f"test -e {SLURM_STANDIN_GPU} || "
+               f"mknod -m 666 {SLURM_STANDIN_GPU} c 1 3")
+    print(f"stand-in GPUs: {SLURM_STANDIN_GPU} (a copy of /dev/null) on every node")
+
+
+def slurm_start_times(tb: Testbed) -> dict[str, str]:
+    """When munge, slurmctld and slurmd last became active on each node."""
+    return {
+        node["name"]: tb.ssh(
+            node["name"], "systemctl show -p ActiveEnterTimestampMonotonic munge slurmctld slurmd"
+        ).strip()
+        for node in tb.nodes
+    }
+
+
+def _wait(tb: Testbed, node: str, command: str, done, tries: int = 45) -> str:
+    out = ""
+    for _ in range(tries):
+        out = tb.ssh(node, command, check=False)
+        if done(out):
+            return out
+        tb.ssh(node, "sleep 2")
+    return out
+
+
+def assert_slurm(tb: Testbed) -> None:
+    """sinfo shows every node idle; `srun -N2 hostname` runs on both; a job asking a
+    (stand-in) GPU is scheduled and sees its allocation; slurmctld only on node1."""
+    names = sorted(n["name"] for n in tb.nodes)
+    head = tb.nodes[0]["name"]
+    for node in tb.nodes[1:]:
+        assert tb.ssh(node["name"], "systemctl is-active slurmctld", check=False).strip() in (
+            "inactive", "unknown"
+        ), f"{node['name']} runs slurmctld"
+    for node in tb.nodes:
+        assert tb.ssh(node["name"], "stat -c '%U %a' /etc/munge/munge.key").strip() == "munge 400"
+    keys = {tb.ssh(n["name"], "sha256sum /etc/munge/munge.key").split()[0] for n in tb.nodes}
+    assert len(keys) == 1, "the munge key differs between nodes"
+    sinfo = _wait(tb, head, "sinfo -h -N -o '%N %t'",
+                  lambda out: sorted({tuple(line.split()) for line in out.splitlines()})
+                  == [(n, "idle") for n in names])
+    print(sinfo)
+    assert sorted({tuple(line.split()) for line in sinfo.splitlines()}) == [
+        (n, "idle") for n in names
+    ], sinfo
+    ran = tb.ssh(head, "timeout 120 srun -N2 hostname")
+    assert sorted(ran.split()) == names, ran
+    env = tb.ssh(head, "timeout 120 srun -p gpu -N1 --gres=gpu:1 env")
+    gpus = sorted(line for line in env.splitlines()
+                  if line.startswith(("CUDA_VISIBLE_DEVICES=", "SLURM_STEP_GPUS=",
+                                      "SLURM_JOB_GPUS=")))
+    print(f"job with --gres=gpu:1 on a STAND-IN GPU ({SLURM_STANDIN_GPU}) sees: {gpus}")
+    assert "CUDA_VISIBLE_DEVICES=0" in gpus, env
+
+
+def assert_slurm_reconfigures_keeping_jobs(tb: Testbed, deploy) -> None:
+    """A slurm.conf change (through <state dir>/overrides.json) is applied by the
+    deploy ``deploy()`` with `scontrol reconfigure`: a running job keeps running and
+    no Slurm daemon restarts."""
+    import json
+
+    from aicluster.testbed.state import state_dir
+
+    head = tb.nodes[0]["name"]
+    job = tb.ssh(head, f"sbatch --parsable -w {tb.nodes[-1]['name']} --wrap 'sleep 120'").strip()
+    state = _wait(tb, head, f"squeue -h -j {job} -o %T", lambda out: out.strip() == "RUNNING")
+    assert state.strip() == "RUNNING", state
+    started = slurm_start_times(tb)
+    overrides = state_dir() / "overrides.json"
+    before = overrides.read_text() if overrides.exists() else None
+    data = json.loads(before) if before else {}
+    data["slurm_config"] = {**data.get("slurm_config", {}), "MinJobAge": 600}
+    overrides.write_text(json.dumps(data))
+    try:
+        deploy()
+    finally:
+        if before is None:
+            overrides.unlink()
+        else:
+            overrides.write_text(before)
+    config = tb.ssh(head, "scontrol show config")
+    assert re.search(r"^MinJobAge\s+= 600 sec", config, re.M), config
+    assert tb.ssh(head, f"squeue -h -j {job} -o %T").strip() == "RUNNING"
+    assert slurm_start_times(tb) == started, "a Slurm daemon restarted for a reconfigure"
+    print(f"job {job} kept RUNNING across the reconfiguring deploy; no daemon restarted")
+    tb.ssh(head, f"scancel {job}")

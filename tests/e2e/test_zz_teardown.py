@@ -22,9 +22,14 @@ def test_up_then_down_leaves_nothing():
 
     run([BIN / "aicluster", "testbed", "up", "--nodes", "2"], timeout=900)
     st = state.load_state()
+    # What deploys and rehearsals leave in the state directory goes too.
+    (state.state_dir() / "secrets").mkdir(mode=0o700, exist_ok=True)
+    (state.state_dir() / "secrets" / "munge.key").write_bytes(b"x" * 16)
+    (state.state_dir() / "overrides.json").write_text("{}")
     pids = [n["pid"] for n in st["nodes"]] + [p["pid"] for p in st["proxies"].values()]
     run([BIN / "aicluster", "testbed", "down"], timeout=300)
     assert state.load_state() is None
+    assert not state.state_dir().exists(), list(state.state_dir().iterdir())
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists(), f"process {pid} is still running"
     links = _sh("ip -o link show")

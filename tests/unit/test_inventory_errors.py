@@ -198,6 +198,48 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "n2", "groups",
         "ray_head allows at most 1 host(s); the inventory has 2",
     ),
+    # -- ray (aicluster.deploys.ray.validate) ------------------------------------
+    (
+        "ray-version-missing",
+        [("groups.ray_head", ["n1"]), ("groups.ray_workers", ["n2"])],
+        "n1", "ray_version",
+        "not set; pin the Ray version every node runs (ray_version in group_data/all.py)",
+    ),
+    (
+        "ray-version-differs-on-a-host",
+        [("groups.ray_head", ["n1"]), ("groups.ray_workers", ["n2"]),
+         ("all.ray_version", "2.60.0"), ("n2.ray_version", "2.59.0")],
+        "n2", "ray_version",
+        "'2.59.0' differs from '2.60.0' on host 'n1'; every Ray node runs one version",
+    ),
+    (
+        "ray-network-without-address",
+        [("groups.ray_head", ["n1"]), ("groups.ray_workers", ["n2"]),
+         ("all.ray_version", "2.60.0"), ("all.ray_network", "ib")],
+        "n1", "ray_network",
+        "the host has no address on the ib network",
+    ),
+    (
+        "ray-resource-reserved-name",
+        [("groups.ray_head", ["n1"]), ("groups.ray_workers", ["n2"]),
+         ("all.ray_version", "2.60.0"), ("n2.ray_resources", {"GPU": 2})],
+        "n2", "ray_resources.GPU",
+        "Ray sets GPU itself from the inventory's hardware",
+    ),
+    (
+        "ray-memory-fractions-too-large",
+        [("groups.ray_head", ["n1"]), ("groups.ray_workers", ["n2"]),
+         ("all.ray_version", "2.60.0"), ("all.ray_memory_fraction", 0.8)],
+        "n1", "ray_memory_fraction",
+        "gives Ray 1.10 of the node's memory",
+    ),
+    (
+        "ray-dashboard-host-not-an-address",
+        [("groups.ray_head", ["n1"]), ("all.ray_version", "2.60.0"),
+         ("n1.ray_dashboard_host", "head.example")],
+        "n1", "ray_dashboard_host",
+        "'head.example' is not an IP address",
+    ),
     (
         "k3s-agents-without-servers",
         [("groups.k3s_agents", ["n2"])],

@@ -48,6 +48,18 @@ _KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOq2fQ1bq8yWc7h0mYk3sJr0a1x5t9Lw2Zp4
 #: networks (IPv4 and IPv6), public ports, a dropped and an added sysctl, a numeric
 #: memlock limit, several admin users with and without sudo and keys.
 VARIANTS: dict[str, dict[str, Any]] = {
+    # slurm: the NVIDIA driver loaded (AutoDetect=nvml), nodes without writable cgroups,
+    # no pinned version (no apt pin, the distribution's Slurm).
+    "slurm": {
+        "slurm_gres_autodetect": True,
+        "slurm_cgroup_plugins": False,
+        "slurm_version": "",
+    },
+    # ray: no dashboard, custom resources on every node (the head too).
+    "ray": {
+        "ray_dashboard": False,
+        "ray_resources": {"nvswitch": 1, "tpu-v5.lite:0": 0.5},
+    },
     "base": {
         "base_chrony_upstream": [],
         "base_firewall_ssh_sources": ["192.0.2.0/24", "2001:db8::/32"],

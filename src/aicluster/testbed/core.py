@@ -42,8 +42,11 @@ from aicluster.testbed.system import log, mounts_under, run, wait_until
 NSPAWN_RUN_DIR = Path("/run/systemd/nspawn")
 
 #: Files and directories ``down`` removes from the state directory (nothing else).
+#: What `down` removes from the state directory: the state, the nodes, the proxies'
+#: files, the key, the secrets the testbed's deploys generated (its munge key) and
+#: rehearsal overrides (inventories/testbed.py reads overrides.json).
 STATE_ENTRIES = ["state.json", "state.json.tmp", "nodes", "proxies", "id_ed25519",
-                 "id_ed25519.pub"]
+                 "id_ed25519.pub", "secrets", "overrides.json"]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,14 @@
+"""Filters the slurm role uses: the very Python the pyinfra deploy runs
+(aicluster.deploys.slurm), so both engines decide alike."""
+
+from __future__ import annotations
+
+from aicluster.deploys.slurm import restart_needed, version_matches
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "aicluster_slurm_restart_needed": restart_needed,
+            "aicluster_slurm_version_matches": version_matches,
+        }

@@ -1,0 +1,403 @@
+"""ray: a Ray cluster (head and workers) as systemd units, Ray in a venv per version.
+
+Defaults: roles/ray/defaults/main.yml. Templates: roles/ray/templates/.
+
+The order of the operations is the upgrade order, and pyinfra runs each operation on
+every host before the next one: every node installs the wanted version into its own
+venv beside the running one (nothing stops), then the workers stop (only when the head
+runs another version), the head switches to the new version and restarts, and only
+then the workers switch and (re)join. Old venvs are removed last.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
+from pyinfra.context import ctx_inventory
+from pyinfra.facts.server import LinuxDistribution
+from pyinfra.operations import apt, dnf, files, pip, server, systemd
+
+from aicluster.deploys import (
+    NETWORK_RETRIES,
+    NETWORK_TIMEOUT,
+    current_cluster,
+    layered,
+    os_family,
+    put_template,
+    template_vars,
+)
+from aicluster.facts.ray import RayNode, command_text
+from aicluster.inventory import NETWORK_NAMES, Cluster
+from aicluster.render import defaults, os_vars
+
+UNIT_DIR = "/etc/systemd/system"
+GIB = 1024**3
+#: Ray's own floor for the object store (75 MiB).
+MIN_OBJECT_STORE = 75 * 1024**2
+RESOURCE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
+#: Resources Ray sets itself from --num-cpus, --num-gpus, --memory ...
+RESERVED_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+PATH_RE = re.compile(r"^/[A-Za-z0-9_./-]+$")
+EXTRA_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the whole inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def ray_hosts(cluster: Cluster) -> list[str]:
+    """The Ray nodes, head first."""
+    return [*cluster.group("ray_head"), *(
+        h for h in cluster.group("ray_workers") if h not in cluster.group("ray_head")
+    )]
+
+
+def _node_address(cluster: Cluster, name: str, network: str) -> str | None:
+    h = cluster.hosts[name]
+    return h.address if network == "management" else h.network_address(network)
+
+
+def ray_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
+    """The network Ray runs on: the inventory's ``ray_network``, or fabric when every
+    Ray node has an address there, else management."""
+    chosen = layered("ray", data)["ray_network"]
+    if chosen:
+        return chosen
+    if all(_node_address(cluster, h, "fabric") for h in ray_hosts(cluster)):
+        return "fabric"
+    return "management"
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("ray", data)
+    head = cluster.group("ray_head")[0] if cluster.group("ray_head") else host_name
+    head_v = layered("ray", cluster.hosts[head].data)
+    network = ray_network(cluster, cluster.hosts[head].data)
+    node_ip = _node_address(cluster, host_name, network) or cluster.hosts[host_name].address
+    head_ip = _node_address(cluster, head, network) or cluster.hosts[head].address
+    hw = cluster.hosts[host_name].spec.hardware
+    memory = hw.memory_gb * GIB
+    store = min(
+        int(memory * float(v["ray_object_store_fraction"])),
+        int(v["ray_object_store_max_gb"]) * GIB,
+    )
+    resources = dict(v["ray_resources"] or {})
+    venv = f"{v['ray_install_dir']}/{v['ray_version']}/venv"
+    head_address = f"{_url_host(head_ip)}:{head_v['ray_port']}"
+    return {
+        "ray_cluster_name": cluster.spec.cluster_name,
+        "ray_node_role": "head" if host_name == head else "worker",
+        "ray_head_host": head,
+        "ray_network_name": network,
+        "ray_node_ip": node_ip,
+        "ray_head_address": head_address,
+        "ray_dashboard_bind": v["ray_dashboard_host"] or node_ip,
+        "ray_venv": venv,
+        "ray_num_cpus": hw.cpus,
+        "ray_num_gpus": hw.gpus.count,
+        "ray_memory_bytes": int(memory * float(v["ray_memory_fraction"])),
+        "ray_object_store_memory_bytes": max(store, MIN_OBJECT_STORE),
+        "ray_resources_json": (
+            json.dumps(resources, sort_keys=True, separators=(",", ":")) if resources else ""
+        ),
+        "ray_pip_requirement": _requirement(v),
+        "ray_pip_install_command": pip_install_command(venv, v),
+        "ray_head_wait_command": head_wait_command(venv, head_address),
+        "ray_fact_command": command_text(venv, v["ray_install_dir"]),
+    }
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def _requirement(v: Mapping[str, Any]) -> str:
+    extras = list(v["ray_pip_extras"] or [])
+    return f"ray[{','.join(extras)}]=={v['ray_version']}" if extras else f"ray=={v['ray_version']}"
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """ray's own checks of the inventory (host and field named)."""
+    errors: list[str] = []
+    nodes = ray_hosts(cluster)
+    if not nodes:
+        return errors
+    first = nodes[0]
+    first_v = layered("ray", cluster.hosts[first].data)
+    for name in nodes:
+        v = layered("ray", cluster.hosts[name].data)
+        where = f"host {name!r}"
+        version = v["ray_version"]
+        if not version:
+            errors.append(
+                f"{where}: ray_version: not set; pin the Ray version every node runs "
+                "(ray_version in group_data/all.py)"
+            )
+        elif name != first and version != first_v["ray_version"]:
+            errors.append(
+                f"{where}: ray_version: {version!r} differs from {first_v['ray_version']!r} "
+                f"on host {first!r}; every Ray node runs one version (set it in group_data)"
+            )
+        for key in ("ray_network", "ray_port", "ray_install_dir", "ray_python"):
+            if name != first and v[key] != first_v[key]:
+                errors.append(
+                    f"{where}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
+                    f"{first!r}; it must be the same on every Ray node (set it in group_data)"
+                )
+        network = v["ray_network"]
+        if network:
+            if network not in NETWORK_NAMES or network not in cluster.spec.networks:
+                errors.append(
+                    f"{where}: ray_network: {network!r} is not a network of this inventory; "
+                    f"declared: {', '.join(cluster.spec.networks)}"
+                )
+            elif not _node_address(cluster, name, network):
+                errors.append(
+                    f"{where}: ray_network: the host has no address on the {network} network"
+                )
+        if not PATH_RE.match(str(v["ray_install_dir"])):
+            errors.append(f"{where}: ray_install_dir: {v['ray_install_dir']!r} is not an "
+                          "absolute path of letters, digits, '_', '-', '.' and '/'")
+        for key in ("ray_port", "ray_dashboard_port"):
+            if not isinstance(v[key], int) or not 1 <= v[key] <= 65535:
+                errors.append(f"{where}: {key}: {v[key]!r} is not a port (1-65535)")
+        dash = v["ray_dashboard_host"]
+        if dash:
+            try:
+                ipaddress.ip_address(dash)
+            except ValueError:
+                errors.append(f"{where}: ray_dashboard_host: {dash!r} is not an IP address")
+        fractions = []
+        for key in ("ray_memory_fraction", "ray_object_store_fraction"):
+            value = v[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                0 < value < 1
+            ):
+                errors.append(f"{where}: {key}: {value!r} is not a fraction between 0 and 1")
+            else:
+                fractions.append(value)
+        if len(fractions) == 2 and sum(fractions) > 0.95:
+            errors.append(
+                f"{where}: ray_memory_fraction: with ray_object_store_fraction it gives Ray "
+                f"{sum(fractions):.2f} of the node's memory; leave at least 0.05 to the system"
+            )
+        extras = v["ray_pip_extras"] or []
+        if not isinstance(extras, list) or not all(
+            isinstance(e, str) and EXTRA_RE.match(e) for e in extras
+        ):
+            errors.append(f"{where}: ray_pip_extras: must be a list of extra names "
+                          "such as ['default']")
+        errors += _check_resources(where, v["ray_resources"])
+    return errors
+
+
+def _check_resources(where: str, resources: Any) -> list[str]:
+    if not isinstance(resources, Mapping):
+        return [f"{where}: ray_resources: must be a mapping of resource name to amount"]
+    errors = []
+    for key, amount in resources.items():
+        if not isinstance(key, str) or not RESOURCE_RE.match(key):
+            errors.append(f"{where}: ray_resources: {key!r} is not a resource name "
+                          "(letters, digits, '_', '.', ':', '-')")
+        elif key in RESERVED_RESOURCES:
+            errors.append(f"{where}: ray_resources.{key}: Ray sets {key} itself from the "
+                          "inventory's hardware; name the custom resource otherwise")
+        elif isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+            errors.append(f"{where}: ray_resources.{key}: {amount!r} is not an amount (>= 0)")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+
+def _python(v: Mapping[str, Any]) -> str:
+    return v["ray_python"] or v["ray_os_python"]
+
+
+def read_nodes(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """The RayNode fact of every Ray node of the inventory pyinfra runs."""
+    inventory = ctx_inventory.get()
+    out = {}
+    for name in ray_hosts(cluster):
+        other = inventory.get_host(name, None)
+        if other is None:
+            continue
+        family = os_family(other.get_fact(LinuxDistribution))
+        ov = {**layered("ray", other.data.dict()), **os_vars("ray", family)}
+        ov.update(derived_vars(cluster, name, other.data.dict()))
+        out[name] = other.get_fact(
+            RayNode, python=_python(ov), venv=ov["ray_venv"], install_dir=ov["ray_install_dir"]
+        )
+    return out
+
+
+def check_nodes(
+    nodes: Mapping[str, Mapping[str, Any]], node_ips: Mapping[str, str] | None = None
+) -> str | None:
+    """Why the Ray nodes cannot form one cluster (different Pythons, or a node without
+    the address Ray is to bind to), or None."""
+    for name, ip in sorted((node_ips or {}).items()):
+        have = (nodes.get(name) or {}).get("addresses")
+        if have is not None and ip not in have:
+            return (
+                f"host {name!r} does not have the address Ray binds to, {ip} (ray_network); "
+                f"it has {', '.join(have)}. Configure that network on the node first, or "
+                "set ray_network to a network the nodes have addresses on."
+            )
+    pythons = {n: f["python"] for n, f in nodes.items() if f.get("python")}
+    if len(set(pythons.values())) > 1:
+        seen = ", ".join(f"{n} {p}" for n, p in sorted(pythons.items()))
+        return (
+            "Ray nodes run different Python versions, and Ray joins only nodes of one "
+            f"Python: {seen}. Give every Ray node the same Python (ray_python) first."
+        )
+    return None
+
+
+def upgrading(cluster: Cluster, nodes: Mapping[str, Mapping[str, Any]], version: str) -> bool:
+    """Whether the head runs another Ray version than the wanted one (an upgrade)."""
+    head = cluster.group("ray_head")
+    deployed = nodes.get(head[0], {}).get("deployed") if head else None
+    return bool(deployed) and deployed != version
+
+
+@deploy("ray", data_defaults=defaults("ray"))
+def deploy() -> None:
+    cluster = current_cluster()
+    family = os_family(host.get_fact(LinuxDistribution))
+    v = template_vars("ray", cluster, host.name, host.data.dict(), family)
+    nodes = read_nodes(cluster)
+    node_ips = {
+        name: derived_vars(cluster, name, cluster.hosts[name].data)["ray_node_ip"]
+        for name in nodes
+    }
+    problem = check_nodes(nodes, node_ips)
+    if problem:
+        raise DeployError(f"ray: {problem}")
+    me = nodes[host.name]
+    is_head = v["ray_node_role"] == "head"
+
+    _install(v, family, me)
+
+    # The upgrade order: workers stop, the head switches and restarts, workers rejoin.
+    # pyinfra orders operations as a graph of each host's own sequence; the wait below
+    # is one operation on every node (the same call), so the workers' units come after
+    # everything the head does before it.
+    upgrade = upgrading(cluster, nodes, v["ray_version"])
+    if not is_head and upgrade:
+        systemd.service(
+            name=f"Stop the Ray worker while the head upgrades to {v['ray_version']}",
+            service="ray-worker",
+            running=False,
+        )
+    head_restart = _unit(v, "head") if is_head else None
+    server.shell(
+        name="Wait until the Ray head answers",
+        commands=[v["ray_head_wait_command"]],
+        # The head after a restart; a worker before it joins an upgraded head.
+        _if=head_restart.did_change if head_restart else (lambda: upgrade),
+    )
+    if not is_head:
+        _unit(v, "worker")
+
+    for version in me["versions"]:
+        if version != v["ray_version"]:
+            files.directory(
+                name=f"Remove Ray {version} (the nodes run {v['ray_version']})",
+                path=f"{v['ray_install_dir']}/{version}",
+                present=False,
+            )
+
+
+def _install(v: dict[str, Any], family: str, me: Mapping[str, Any]) -> None:
+    net = {"_timeout": NETWORK_TIMEOUT, "_retries": NETWORK_RETRIES}
+    if family == "Debian":
+        apt.packages(
+            name="Install Python and venv for Ray",
+            packages=v["ray_packages"],
+            update=True,
+            cache_time=3600,
+            **net,
+        )
+    else:
+        dnf.packages(name="Install Python and venv for Ray", packages=v["ray_packages"], **net)
+    server.group(name=f"Ray group {v['ray_user']}", group=v["ray_user"], system=True)
+    server.user(
+        name=f"Ray user {v['ray_user']}",
+        user=v["ray_user"],
+        group=v["ray_user"],
+        system=True,
+        home=f"/var/lib/{v['ray_user']}",
+        create_home=True,
+        shell="/usr/sbin/nologin",
+    )
+    files.directory(
+        name=f"Ray {v['ray_version']} directory",
+        path=f"{v['ray_install_dir']}/{v['ray_version']}",
+    )
+    pip.virtualenv(
+        name=f"Virtual environment for Ray {v['ray_version']}",
+        path=v["ray_venv"],
+        python=_python(v),
+        venv=True,
+    )
+    if me.get("ray") == v["ray_version"]:
+        host.noop(f"Ray {v['ray_version']} is installed in {v['ray_venv']}")
+    else:
+        server.shell(
+            name=f"Install Ray {v['ray_version']}",
+            commands=[v["ray_pip_install_command"]],
+            **net,
+        )
+
+
+def pip_install_command(venv: str, v: Mapping[str, Any]) -> str:
+    """The one pip command both engines run (timeout and bounded retries of its own)."""
+    return (
+        f"{venv}/bin/pip install --no-input --disable-pip-version-check "
+        f"--timeout {int(v['ray_pip_timeout'])} --retries {int(v['ray_pip_retries'])} "
+        f"{shlex.quote(_requirement(v))}"
+    )
+
+
+def _unit(v: dict[str, Any], role: str):
+    service = f"ray-{role}"
+    unit = put_template(
+        "ray",
+        f"{service}.service.j2",
+        f"{UNIT_DIR}/{service}.service",
+        v,
+        name=f"Write the Ray {role} unit",
+    )
+    systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+    restart = systemd.service(
+        name=f"Restart the Ray {role} (its unit changed)",
+        service=service,
+        restarted=True,
+        _if=unit.did_change,
+    )
+    systemd.service(
+        name=f"Ray {role} running and enabled", service=service, running=True, enabled=True
+    )
+    return restart
+
+
+def head_wait_command(venv: str, head_address: str) -> str:
+    """Wait (bounded) until the head's GCS answers, so workers join a running head."""
+    return (
+        f"for i in $(seq 40); do timeout 10 {venv}/bin/ray health-check "
+        f"--address {head_address} >/dev/null 2>&1 && exit 0; sleep 3; done; "
+        f"echo 'the Ray head did not answer at {head_address} within 2 to 9 minutes' >&2; "
+        "exit 1"
+    )

@@ -1,0 +1,547 @@
+"""slurm: munge, slurmctld (and a backup), slurmd with GPU GRES, optional slurmdbd.
+
+Defaults: roles/slurm/defaults/main.yml. Templates: roles/slurm/templates/.
+What is computed from the whole inventory (the slurm.conf lines, NodeName ranges,
+partitions, gres devices) is computed here, once, for both engines; the Ansible role
+reaches :func:`restart_needed` through its filter plugin.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from io import BytesIO
+from typing import Any
+
+import hostlist
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.rpm import RpmPackages
+from pyinfra.facts.server import LinuxDistribution
+from pyinfra.facts.systemd import SystemdEnabled
+from pyinfra.operations import apt, dnf, files, server, systemd
+
+from aicluster.deploys import (
+    NETWORK_RETRIES,
+    NETWORK_TIMEOUT,
+    current_cluster,
+    layered,
+    os_family,
+    put_template,
+    template_vars,
+)
+from aicluster.facts.slurm import (
+    CGROUP_COMMAND,
+    NVIDIA_COMMAND,
+    CgroupWritable,
+    MariadbUser,
+    NvidiaDriver,
+    SlurmConf,
+)
+from aicluster.inventory import Cluster
+from aicluster.render import defaults
+from aicluster.secrets import SecretError, read_secret
+
+CONF_DIR = "/etc/slurm"
+SLURM_CONF = f"{CONF_DIR}/slurm.conf"
+GRES_CONF = f"{CONF_DIR}/gres.conf"
+CGROUP_CONF = f"{CONF_DIR}/cgroup.conf"
+DBD_CONF = f"{CONF_DIR}/slurmdbd.conf"
+MUNGE_KEY = "/etc/munge/munge.key"
+APT_PIN = "/etc/apt/preferences.d/aicluster-slurm"
+INSTALLER = "/usr/local/sbin/aicluster-slurm-install"
+
+#: Keys computed from the inventory: slurm_config may not set them.
+DERIVED_KEYS = (
+    "ClusterName",
+    "SlurmctldHost",
+    "NodeName",
+    "PartitionName",
+    "AccountingStorageType",
+    "AccountingStorageHost",
+    "AccountingStoragePort",
+)
+#: The plugins chosen by whether the nodes can write their cgroups.
+PLUGINS = {
+    True: {
+        "ProctrackType": "proctrack/cgroup",
+        "TaskPlugin": "task/cgroup,task/affinity",
+        "JobAcctGatherType": "jobacct_gather/cgroup",
+    },
+    False: {
+        "ProctrackType": "proctrack/linuxproc",
+        "TaskPlugin": "task/none",
+        "JobAcctGatherType": "jobacct_gather/linux",
+    },
+}
+KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+VALUE_RE = re.compile(r"^[^\n\r#]*$")
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the whole inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    """A slurm.conf value as text (booleans as YES/NO would be ambiguous: yes/no)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def merge(default: Mapping[str, Any] | None, user: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``user`` over ``default``; a key the user sets to None is removed."""
+    out = dict(default or {})
+    for key, value in (user or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def gres_count(cluster: Cluster, name: str, data: Mapping[str, Any]) -> int:
+    v = layered("slurm", data)
+    wanted = v["slurm_gres_gpus"]
+    return cluster.hosts[name].spec.hardware.gpus.count if wanted is None else int(wanted)
+
+
+def node_lines(cluster: Cluster) -> list[list[str]]:
+    """NodeName lines: the workers grouped by identical hardware, as hostlist ranges."""
+    groups: dict[tuple[int, int, int], list[str]] = {}
+    for name in cluster.group("slurm_workers"):
+        h = cluster.hosts[name]
+        v = layered("slurm", h.data)
+        hw = h.spec.hardware
+        memory = int(hw.memory_gb * 1024 * int(v["slurm_memory_percent"]) / 100)
+        groups.setdefault((hw.cpus, memory, gres_count(cluster, name, h.data)), []).append(name)
+    lines = []
+    for (cpus, memory, gpus), names in groups.items():
+        text = f"{hostlist.collect_hostlist(names)} CPUs={cpus} RealMemory={memory}"
+        if gpus:
+            text += f" Gres=gpu:{gpus}"
+        lines.append(["NodeName", f"{text} State=UNKNOWN"])
+    return lines
+
+
+def partition_lines(cluster: Cluster, v: Mapping[str, Any]) -> list[list[str]]:
+    workers = list(cluster.group("slurm_workers"))
+    if not workers:
+        return []
+    options = " ".join(f"{k}={_text(o)}" for k, o in (v["slurm_partition_options"] or {}).items())
+    options = f" {options}" if options else ""
+    lines = []
+    if v["slurm_partition_name"]:
+        nodes = hostlist.collect_hostlist(workers)
+        lines.append(
+            ["PartitionName", f"{v['slurm_partition_name']} Nodes={nodes} Default=YES{options}"]
+        )
+    gpus = [w for w in workers if gres_count(cluster, w, cluster.hosts[w].data) > 0]
+    if gpus and v["slurm_gpu_partition_name"]:
+        nodes = hostlist.collect_hostlist(gpus)
+        default = "NO" if v["slurm_partition_name"] else "YES"
+        lines.append(
+            ["PartitionName", f"{v['slurm_gpu_partition_name']} Nodes={nodes} "
+             f"Default={default}{options}"]
+        )
+    return lines
+
+
+def slurm_conf(cluster: Cluster, data: Mapping[str, Any], cgroup: bool) -> list[list[str]]:
+    """slurm.conf as [key, value] pairs, in order (keys may repeat)."""
+    v = layered("slurm", data)
+    config = merge(v["slurm_default_config"], v["slurm_config"])
+    pairs: list[list[str]] = [["ClusterName", cluster.spec.cluster_name]]
+    for name in cluster.group("slurm_controller"):
+        pairs.append(["SlurmctldHost", f"{name}({cluster.hosts[name].address})"])
+    dbd = cluster.group("slurm_dbd")
+    if dbd:
+        pairs += [
+            ["AccountingStorageType", "accounting_storage/slurmdbd"],
+            ["AccountingStorageHost", dbd[0]],
+            ["AccountingStoragePort", _text(v["slurm_dbd_port"])],
+        ]
+    for key, value in config.items():
+        pairs.append([key, _text(value)])
+    user = v["slurm_config"] or {}
+    for key, value in PLUGINS[cgroup].items():
+        if key not in user and key not in (v["slurm_default_config"] or {}):
+            pairs.append([key, value])
+    return pairs + node_lines(cluster) + partition_lines(cluster, v)
+
+
+def dbd_settings(cluster: Cluster, data: Mapping[str, Any]) -> list[list[str]]:
+    v = layered("slurm", data)
+    dbd = cluster.group("slurm_dbd")
+    return [
+        ["AuthType", "auth/munge"],
+        ["DbdHost", dbd[0] if dbd else "localhost"],
+        ["DbdPort", _text(v["slurm_dbd_port"])],
+        ["SlurmUser", "slurm"],
+        ["LogFile", "/var/log/slurm/slurmdbd.log"],
+        ["PidFile", "/run/slurmdbd.pid"],
+        ["StorageType", "accounting_storage/mysql"],
+        ["StorageHost", "localhost"],
+        ["StorageUser", "slurm"],
+        ["StorageLoc", _text(v["slurm_dbd_database"])],
+    ]
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("slurm", data)
+    controllers = list(cluster.group("slurm_controller"))
+    count = gres_count(cluster, host_name, data)
+    pattern = str(v["slurm_gpu_device_pattern"])
+    choice = v["slurm_cgroup_plugins"]
+    autodetect = v["slurm_gres_autodetect"]
+    return {
+        "slurm_conf": {
+            "cgroup": slurm_conf(cluster, data, True),
+            "nocgroup": slurm_conf(cluster, data, False),
+        },
+        # The deploys replace these two with what they read on the nodes when the
+        # inventory leaves them to detection (null).
+        "slurm_cgroup_enabled": True if choice is None else bool(choice),
+        "slurm_gres_autodetect_enabled": False if autodetect is None else bool(autodetect),
+        "slurm_cgroup_settings": [
+            [k, _text(x)]
+            for k, x in merge(v["slurm_default_cgroup_config"], v["slurm_cgroup_config"]).items()
+        ],
+        "slurm_dbd_settings": dbd_settings(cluster, data),
+        "slurm_gres_count": count,
+        "slurm_gres_devices": [pattern.replace("{index}", str(i)) for i in range(count)],
+        "slurm_is_controller": host_name in controllers,
+        "slurm_is_primary_controller": bool(controllers) and host_name == controllers[0],
+        "slurm_is_worker": host_name in cluster.group("slurm_workers"),
+        "slurm_is_dbd": host_name in cluster.group("slurm_dbd"),
+        "slurm_primary_controller": controllers[0] if controllers else "",
+        "slurm_cluster_hosts": sorted(
+            {*controllers, *cluster.group("slurm_workers"), *cluster.group("slurm_dbd")}
+        ),
+        # What the Ansible role runs to read the nodes (the pyinfra facts' commands).
+        "slurm_probe_commands": {"cgroup": CGROUP_COMMAND, "nvidia": NVIDIA_COMMAND},
+        # Where the munge key is (a reference, never the key).
+        "slurm_munge_key_ref": munge_key_ref(cluster, data),
+    }
+
+
+def munge_key_ref(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, str]:
+    """Where the munge key is: the inventory's secret, else a file on the deploying
+    machine, ``~/.local/share/aicluster/<cluster_name>/munge.key`` (made once)."""
+    name = layered("slurm", data)["slurm_munge_key_name"]
+    secret = cluster.spec.secrets.get(name)
+    if secret is not None:
+        return secret.model_dump(exclude_none=True)
+    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/munge.key"}
+
+
+def node_packages(v: Mapping[str, Any]) -> list[str]:
+    """The Slurm packages of this node's roles (OS vars and derived values in ``v``)."""
+    out = list(v["slurm_common_packages"])
+    if v["slurm_is_controller"]:
+        out += v["slurm_controller_packages"]
+    if v["slurm_is_worker"]:
+        out += v["slurm_worker_packages"]
+    if v["slurm_is_dbd"]:
+        out += v["slurm_dbd_packages"]
+    return out
+
+
+def version_matches(installed: str, wanted: str) -> bool:
+    """Whether an installed package version is the pinned version (or wanted is "")."""
+    if not wanted:
+        return True
+    return bool(re.match(rf"^(\d+:)?{re.escape(wanted)}([-+~.]|$)", installed))
+
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    out = []
+    for line in (text or "").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "=" in line:
+            key, value = line.split("=", 1)
+            out.append((key.strip(), value.strip()))
+    return out
+
+
+def restart_needed(old: str, new: str, keys: Iterable[str]) -> bool:
+    """Whether going from slurm.conf ``old`` to ``new`` needs the daemons restarted
+    (a key of ``keys`` or the node list changed) or ``scontrol reconfigure`` suffices.
+    No old file (first deploy) counts as a restart: the daemons start anyway."""
+    if not (old or "").strip():
+        return True
+    keys = set(keys) | {"NodeName"}
+    before = [p for p in _pairs(old) if p[0] in keys]
+    after = [p for p in _pairs(new) if p[0] in keys]
+    return sorted(before) != sorted(after)
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """slurm's own checks of the inventory (host and field named)."""
+    errors = []
+    slurm_hosts = {
+        *cluster.group("slurm_controller"),
+        *cluster.group("slurm_workers"),
+        *cluster.group("slurm_dbd"),
+    }
+    if len(cluster.group("slurm_dbd")) > 1:
+        errors.append(
+            f"host {cluster.group('slurm_dbd')[1]!r}: groups: slurm_dbd allows at most 1 "
+            f"host; the inventory has {len(cluster.group('slurm_dbd'))}"
+        )
+    if slurm_hosts and not cluster.group("slurm_controller"):
+        first = sorted(slurm_hosts)[0]
+        errors.append(f"host {first!r}: groups: Slurm needs a slurm_controller host")
+    for name in sorted(slurm_hosts, key=list(cluster.hosts).index):
+        h = cluster.hosts[name]
+        v = layered("slurm", h.data)
+        where = f"host {name!r}"
+        gpus = h.spec.hardware.gpus.count
+        wanted = v["slurm_gres_gpus"]
+        if wanted is not None:
+            if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 0:
+                errors.append(f"{where}: slurm_gres_gpus: {wanted!r} is not a GPU count")
+            elif wanted > gpus:
+                errors.append(
+                    f"{where}: slurm_gres_gpus: {wanted} GPUs as GRES, but "
+                    f"hardware.gpus.count is {gpus}"
+                )
+        for var in ("slurm_cgroup_plugins", "slurm_gres_autodetect"):
+            if v[var] is not None and not isinstance(v[var], bool):
+                errors.append(f"{where}: {var}: must be true, false or None (detect)")
+        percent = v["slurm_memory_percent"]
+        if isinstance(percent, bool) or not isinstance(percent, int) or not 1 <= percent <= 100:
+            errors.append(f"{where}: slurm_memory_percent: {percent!r} is not 1-100")
+        for var in ("slurm_default_config", "slurm_config", "slurm_default_cgroup_config",
+                    "slurm_cgroup_config", "slurm_partition_options"):
+            value = v[var]
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                errors.append(f"{where}: {var}: must be a mapping of key to value")
+                continue
+            for key, item in value.items():
+                if not isinstance(key, str) or not KEY_RE.match(key):
+                    errors.append(f"{where}: {var}: {key!r} is not a Slurm key")
+                elif var == "slurm_config" and key in DERIVED_KEYS:
+                    errors.append(
+                        f"{where}: slurm_config.{key}: computed from the inventory; "
+                        "set the groups or hardware instead"
+                    )
+                elif item is not None and not VALUE_RE.match(_text(item)):
+                    errors.append(
+                        f"{where}: {var}.{key}: a value may not hold a newline or '#'"
+                    )
+        batch = v["slurm_upgrade_batch_size"]
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            errors.append(f"{where}: slurm_upgrade_batch_size: {batch!r} is not a count >= 1")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+
+def _any(*ops):
+    return lambda: any(op.did_change() for op in ops)
+
+
+def _installed_version(family: str, v: Mapping[str, Any]) -> str | None:
+    """The installed version of the package every Slurm node has, or None."""
+    packages = host.get_fact(DebPackages if family == "Debian" else RpmPackages) or {}
+    versions = packages.get(v["slurm_common_packages"][0])
+    return sorted(versions)[-1] if versions else None
+
+
+def _cluster_cgroup(cluster: Cluster, v: Mapping[str, Any]) -> bool:
+    """cgroup plugins for the whole cluster: the inventory's choice, else whether every
+    Slurm node can write its cgroups (slurm.conf must be the same on every node)."""
+    if v["slurm_cgroup_plugins"] is not None:
+        return bool(v["slurm_cgroup_plugins"])
+    from pyinfra.context import ctx_inventory
+
+    inventory = ctx_inventory.get()
+    for name in v["slurm_cluster_hosts"]:
+        other = inventory.get_host(name)
+        if other is not None and not other.get_fact(CgroupWritable):
+            return False
+    return True
+
+
+@deploy("slurm", data_defaults=defaults("slurm"))
+def deploy() -> None:
+    cluster = current_cluster()
+    family = os_family(host.get_fact(LinuxDistribution))
+    v = template_vars("slurm", cluster, host.name, host.data.dict(), family)
+    v["slurm_cgroup_enabled"] = _cluster_cgroup(cluster, v)
+    if v["slurm_gres_autodetect"] is None:
+        v["slurm_gres_autodetect_enabled"] = bool(host.get_fact(NvidiaDriver))
+
+    upgrading = _packages(v, family)
+    _munge(cluster, v)
+    confs = _config(v)
+    _daemons(v, confs, upgrading)
+
+
+def _packages(v: dict[str, Any], family: str) -> bool:
+    """Install Slurm at the pinned version; True when this run upgrades it."""
+    net = {"_timeout": NETWORK_TIMEOUT, "_retries": NETWORK_RETRIES}
+    if v["slurm_apt_pin"] and v["slurm_version"]:
+        put_template("slurm", "aicluster-slurm.pref.j2", APT_PIN, v,
+                     name=f"Pin Slurm's packages at {v['slurm_version']}")
+    elif v["slurm_apt_pin"]:
+        files.file(name="No Slurm version pin", path=APT_PIN, present=False)
+    put_template("slurm", "aicluster-slurm-install.j2", INSTALLER, v,
+                 name="Slurm installer (drain, upgrade, resume)", mode="755")
+
+    installed = _installed_version(family, v)
+    have = host.get_fact(DebPackages if family == "Debian" else RpmPackages) or {}
+    wanted = [*v["slurm_munge_packages"], *node_packages(v)]
+    missing = [p for p in wanted if p not in have]
+    upgrading = installed is not None and not version_matches(installed, v["slurm_version"])
+    what = f"Slurm {installed} to {v['slurm_version']}"
+    control = v["slurm_is_controller"] or v["slurm_is_dbd"]
+    # pyinfra runs operations in the order of these lines on every host: slurmdbd and
+    # the controllers are upgraded before any worker.
+    if upgrading and control:
+        server.shell(
+            name=f"Upgrade {what} (slurmdbd and controllers first)",
+            commands=[f"{INSTALLER} upgrade"],
+            **net,
+        )
+    if upgrading and not control:
+        server.shell(
+            name=f"Upgrade {what} (drain, upgrade, resume; a batch at a time)",
+            commands=[f"{INSTALLER} upgrade"],
+            _parallel=int(v["slurm_upgrade_batch_size"]),
+            **net,
+        )
+    if not upgrading and missing:
+        server.shell(
+            name=f"Install Slurm {v['slurm_version'] or ''}".rstrip(),
+            commands=[f"{INSTALLER} install"],
+            **net,
+        )
+    if not upgrading and not missing:
+        host.noop(f"Slurm {installed} installed")
+    if v["slurm_is_dbd"]:
+        pkgs = v["slurm_mariadb_packages"]
+        if family == "Debian":
+            apt.packages(name="Install MariaDB for slurmdbd", packages=pkgs, **net)
+        else:
+            dnf.packages(name="Install MariaDB for slurmdbd", packages=pkgs, **net)
+    return upgrading
+
+
+def _munge(cluster: Cluster, v: dict[str, Any]):
+    try:
+        secret = read_secret(
+            {v["slurm_munge_key_name"]: v["slurm_munge_key_ref"]},
+            v["slurm_munge_key_name"],
+            generate_bytes=int(v["slurm_munge_key_bytes"]),
+        )
+    except SecretError as exc:
+        raise SystemExit(f"aicluster: {exc}") from None
+    key = files.put(
+        name="munge key (the cluster's one key)",
+        src=BytesIO(secret),
+        dest=MUNGE_KEY,
+        user="munge",
+        group="munge",
+        mode="400",
+    )
+    systemd.service(name="Restart munge (new key)", service="munge", restarted=True,
+                    _if=key.did_change)
+    systemd.service(name="munge running and enabled", service="munge", running=True,
+                    enabled=True)
+    return key
+
+
+def _config(v: dict[str, Any]) -> dict[str, Any]:
+    for path in ("/var/log/slurm", "/var/lib/slurm"):
+        files.directory(name=f"Slurm directory {path}", path=path, user="slurm",
+                        group="slurm", mode="755")
+    if v["slurm_is_controller"]:
+        files.directory(name="slurmctld state directory", path="/var/lib/slurm/slurmctld",
+                        user="slurm", group="slurm", mode="755")
+    if v["slurm_is_worker"]:
+        files.directory(name="slurmd spool directory", path="/var/lib/slurm/slurmd",
+                        user="root", group="root", mode="755")
+    files.directory(name="Slurm configuration directory", path=CONF_DIR)
+    new = _render_conf(v)
+    old = host.get_fact(SlurmConf) or ""
+    restart = restart_needed(old, new, v["slurm_restart_keys"])
+    conf = put_template("slurm", "slurm.conf.j2", SLURM_CONF, v, name="Write slurm.conf")
+    gres = put_template("slurm", "gres.conf.j2", GRES_CONF, v, name="Write gres.conf")
+    cgroup = put_template("slurm", "cgroup.conf.j2", CGROUP_CONF, v, name="Write cgroup.conf")
+    dbd = None
+    if v["slurm_is_dbd"]:
+        dbd = put_template("slurm", "slurmdbd.conf.j2", DBD_CONF, v, name="Write slurmdbd.conf",
+                           user="slurm", group="slurm", mode="600")
+    return {"conf": conf, "gres": gres, "cgroup": cgroup, "dbd": dbd, "restart": restart}
+
+
+def _render_conf(v: Mapping[str, Any]) -> str:
+    from aicluster.render import render
+
+    return render("slurm", "slurm.conf.j2", v)
+
+
+def _daemons(v: dict[str, Any], confs: dict[str, Any], upgrading: bool) -> None:
+    conf, gres, cgroup = confs["conf"], confs["gres"], confs["cgroup"]
+    restart = confs["restart"]
+    if v["slurm_is_dbd"]:
+        service = v["slurm_mariadb_service"]
+        systemd.service(name="MariaDB running and enabled", service=service, running=True,
+                        enabled=True)
+        if host.get_fact(MariadbUser, database=v["slurm_dbd_database"]):
+            host.noop("slurmdbd's database and user exist")
+        else:
+            database = v["slurm_dbd_database"]
+            server.shell(
+                name="slurmdbd's database, and its user (unix socket login, no password)",
+                commands=[
+                    "mysql -e \"CREATE DATABASE IF NOT EXISTS " + database + "; "
+                    "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED VIA unix_socket; "
+                    "GRANT ALL ON " + database + ".* TO 'slurm'@'localhost';\""
+                ],
+            )
+        systemd.service(name="Restart slurmdbd (configuration or key changed)",
+                        service="slurmdbd", restarted=True, _if=confs["dbd"].did_change)
+        systemd.service(name="slurmdbd running and enabled", service="slurmdbd", running=True,
+                        enabled=True)
+    if v["slurm_is_controller"]:
+        systemd.service(
+            name="Restart slurmctld (a change reconfigure cannot apply)",
+            service="slurmctld",
+            restarted=True,
+            _if=(lambda: restart and conf.did_change()),
+        )
+        systemd.service(name="slurmctld running and enabled", service="slurmctld",
+                        running=True, enabled=True)
+    elif "slurmctld.service" in (host.get_fact(SystemdEnabled) or {}):
+        # Debian's packages enable slurmctld wherever they are installed.
+        systemd.service(name="No slurmctld on this node", service="slurmctld",
+                        running=False, enabled=False)
+    if v["slurm_is_worker"]:
+        systemd.service(
+            name="Restart slurmd (a change reconfigure cannot apply)",
+            service="slurmd",
+            restarted=True,
+            _if=(
+                lambda: gres.did_change() or cgroup.did_change() or (restart and conf.did_change())
+            ),
+        )
+        systemd.service(name="slurmd running and enabled", service="slurmd", running=True,
+                        enabled=True)
+    if v["slurm_is_primary_controller"]:
+        server.shell(
+            name="scontrol reconfigure (slurm.conf changed; running jobs keep running)",
+            commands=["scontrol reconfigure"],
+            _if=(lambda: conf.did_change() and not restart and not upgrading),
+        )
+    if not v["slurm_is_controller"] and not v["slurm_is_worker"]:
+        host.noop("no Slurm daemon here besides slurmdbd")

@@ -1,0 +1,62 @@
+"""What a node holds of Ray: its Python, the Ray in the target venv, the deployed unit.
+
+Both engines run the very same shell (:func:`command_text`): pyinfra through the
+:class:`RayNode` fact, Ansible through the ``ray_fact_command`` the inventory hands it.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase
+
+UNITS = ("/etc/systemd/system/ray-head.service", "/etc/systemd/system/ray-worker.service")
+
+
+def command_text(venv: str, install_dir: str) -> str:
+    """The shell that reads a node, Python interpreter from ``$AICLUSTER_RAY_PYTHON``.
+    Prints ``python=X.Y.Z``, ``ray=VERSION`` (Ray in ``venv``), ``deployed=VERSION``
+    (the version the systemd unit runs), ``version=V`` per venv under install_dir and
+    ``addresses=A B ...``, the node's own IP addresses."""
+    q_venv, q_dir = shlex.quote(venv), shlex.quote(install_dir)
+    return (
+        '"$AICLUSTER_RAY_PYTHON" -c '
+        "'import sys; print(\"python=%d.%d.%d\" % sys.version_info[:3])' 2>/dev/null; "
+        f"{q_venv}/bin/python -c "
+        "'import importlib.metadata as m; print(\"ray=\" + m.version(\"ray\"))' 2>/dev/null; "
+        f"sed -n 's#^ExecStart={install_dir}/\\([^/]*\\)/venv/bin/ray start.*#deployed=\\1#p' "
+        f"{' '.join(UNITS)} 2>/dev/null; "
+        f"ls -1 {q_dir} 2>/dev/null | sed -n 's/^\\([0-9][0-9A-Za-z.+~-]*\\)$/version=\\1/p'; "
+        'echo "addresses=$(hostname -I 2>/dev/null)"; '
+        "true"
+    )
+
+
+def parse(lines) -> dict:
+    """``python``: the interpreter's version (None: missing); ``ray``: Ray's version in
+    the target venv (None: not installed); ``deployed``: the version the systemd unit
+    runs (None: no unit); ``versions``: the versions installed under install_dir;
+    ``addresses``: the node's IP addresses (None: unknown)."""
+    out: dict = {"python": None, "ray": None, "deployed": None, "versions": [], "addresses": None}
+    for line in lines:
+        key, _, value = str(line).strip().partition("=")
+        if key == "version":
+            out["versions"].append(value)
+        elif key == "addresses":
+            out["addresses"] = value.split() or None
+        elif key in out and value:
+            out[key] = value
+    return out
+
+
+class RayNode(FactBase):
+    """Ray on a node, as :func:`parse` describes it."""
+
+    def default(self) -> dict:
+        return {"python": None, "ray": None, "deployed": None, "versions": [], "addresses": None}
+
+    def command(self, python: str, venv: str, install_dir: str) -> str:
+        return f"AICLUSTER_RAY_PYTHON={shlex.quote(python)}; {command_text(venv, install_dir)}"
+
+    def process(self, output) -> dict:
+        return parse(output)

@@ -1,0 +1,69 @@
+"""Facts the slurm deploy reads on a node before it changes anything."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+#: Whether the node may write its cgroups: cgroup v2 at /sys/fs/cgroup mounted
+#: read-write with the cpuset and memory controllers Slurm needs, or v1's freezer
+#: hierarchy mounted read-write. In containers they are read-only or not delegated.
+CGROUP_COMMAND = (
+    "if [ -f /sys/fs/cgroup/cgroup.controllers ]; then t=/sys/fs/cgroup; "
+    "grep -qw cpuset $t/cgroup.controllers && grep -qw memory $t/cgroup.controllers "
+    "|| t=/nonexistent; else t=/sys/fs/cgroup/freezer; fi; "
+    'if [ -d "$t" ] && awk -v t="$t" \'$2 == t { split($4, o, ","); if (o[1] == "rw") f = 1 } '
+    "END { exit !f }' /proc/mounts && [ -w \"$t\" ]; then echo yes; else echo no; fi"
+)
+NVIDIA_COMMAND = "test -r /proc/driver/nvidia/version && echo yes || echo no"
+
+
+class CgroupWritable(FactBase):
+    """True when Slurm's cgroup plugins can work here (cgroups mounted read-write)."""
+
+    def command(self) -> str:
+        return CGROUP_COMMAND
+
+    def process(self, output):
+        return "".join(output).strip() == "yes"
+
+    default = bool
+
+
+class NvidiaDriver(FactBase):
+    """True when the NVIDIA kernel driver is loaded (not merely installed)."""
+
+    def command(self) -> str:
+        return NVIDIA_COMMAND
+
+    def process(self, output):
+        return "".join(output).strip() == "yes"
+
+    default = bool
+
+
+class SlurmConf(FactBase):
+    """The node's current slurm.conf ("" when there is none)."""
+
+    def command(self) -> str:
+        return "cat /etc/slurm/slurm.conf 2>/dev/null || true"
+
+    def process(self, output):
+        return "\n".join(output)
+
+    default = str
+
+
+class MariadbUser(FactBase):
+    """True when slurmdbd's database and MariaDB user exist."""
+
+    def command(self, database: str) -> str:
+        return (
+            "mysql -N -B -e \"SELECT COUNT(*) FROM mysql.user WHERE user = 'slurm'; "
+            f"SHOW DATABASES LIKE '{database}'\" 2>/dev/null || true"
+        )
+
+    def process(self, output):
+        lines = [line.strip() for line in output if line.strip()]
+        return len(lines) >= 2 and lines[0] != "0"
+
+    default = bool

@@ -1,0 +1,126 @@
+"""Slurm's files rendered for inventories/lab.py against golden files, the values
+computed from the inventory, and every bad Slurm input refused by name.
+
+Regenerate the golden files after an intended change:
+
+    AICLUSTER_REGEN_GOLDEN=1 pytest tests/unit/test_slurm.py
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from aicluster import PROJECT_ROOT
+from aicluster.deploys import template_vars
+from aicluster.deploys.slurm import merge, restart_needed
+from aicluster.inventory import InventoryError, load_cluster
+from aicluster.render import defaults, render
+
+GOLDEN = PROJECT_ROOT / "tests" / "fixtures" / "golden" / "slurm"
+LAB = PROJECT_ROOT / "inventories" / "lab.py"
+REGEN = os.environ.get("AICLUSTER_REGEN_GOLDEN") == "1"
+
+#: (golden file, template, host, facts): what the lab's nodes get on Debian with
+#: writable cgroups; gpu1 without and with the NVIDIA driver loaded.
+FILES = [
+    ("slurm.conf", "slurm.conf.j2", "head", {}),
+    ("cgroup.conf", "cgroup.conf.j2", "gpu1", {}),
+    ("gres.conf.gpu1", "gres.conf.j2", "gpu1", {}),
+    ("gres.conf.gpu1-driver", "gres.conf.j2", "gpu1", {"slurm_gres_autodetect_enabled": True}),
+    ("gres.conf.head", "gres.conf.j2", "head", {}),
+]
+
+
+@pytest.fixture(scope="module")
+def lab():
+    return load_cluster(LAB)
+
+
+@pytest.mark.parametrize("golden,template,host,facts", FILES, ids=[f[0] for f in FILES])
+def test_lab_files_match_the_golden_files(lab, golden, template, host, facts):
+    v = template_vars("slurm", lab, host, lab.hosts[host].data, "Debian", **facts)
+    text = render("slurm", template, v)
+    path = GOLDEN / golden
+    if REGEN:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"{path} is missing: run with AICLUSTER_REGEN_GOLDEN=1"
+    assert text == path.read_text(), (
+        f"{golden} differs from {path}; if the change is intended, regenerate with "
+        "AICLUSTER_REGEN_GOLDEN=1"
+    )
+
+
+def test_slurm_conf_is_the_same_on_every_slurm_node(lab):
+    texts = {
+        render("slurm", "slurm.conf.j2",
+               template_vars("slurm", lab, h, lab.hosts[h].data, family))
+        for h in ("head", "gpu1", "gpu4")
+        for family in ("Debian", "RedHat")
+    }
+    assert len(texts) == 1
+
+
+def test_merge_removes_null_keys():
+    assert merge({"a": 1, "b": 2}, {"b": None, "c": 3}) == {"a": 1, "c": 3}
+
+
+def test_defaults_restart_keys_cover_the_node_list():
+    keys = defaults("slurm")["slurm_restart_keys"]
+    assert restart_needed("NodeName=a CPUs=1\n", "NodeName=a CPUs=2\n", keys)
+    assert not restart_needed("MinJobAge=300\n", "MinJobAge=600\n", keys)
+
+
+# --- bad inputs ----------------------------------------------------------------------
+
+
+def _bad(spec, changes):
+    spec.set("groups.slurm_controller", ["n1"]).set("groups.slurm_workers", ["n1", "n2"])
+    for path, value in changes:
+        spec.set(path, value)
+    with pytest.raises(InventoryError) as exc:
+        load_cluster(spec.write())
+    return exc.value.errors
+
+
+# fmt: off
+CASES = [
+    ("gres-above-gpus",
+     [("n2.hardware.gpus", {"model": "L40S", "count": 2}), ("n2.slurm_gres_gpus", 4)],
+     "host 'n2': slurm_gres_gpus: 4 GPUs as GRES, but hardware.gpus.count is 2"),
+    ("gres-without-gpus", [("n1.slurm_gres_gpus", 1)],
+     "host 'n1': slurm_gres_gpus: 1 GPUs as GRES, but hardware.gpus.count is 0"),
+    ("gres-not-a-count", [("n1.slurm_gres_gpus", "two")],
+     "host 'n1': slurm_gres_gpus: 'two' is not a GPU count"),
+    ("config-not-a-mapping", [("n1.slurm_config", ["SelectType=x"])],
+     "host 'n1': slurm_config: must be a mapping of key to value"),
+    ("config-derived-key", [("n1.slurm_config", {"NodeName": "n[1-2]"})],
+     "host 'n1': slurm_config.NodeName: computed from the inventory"),
+    ("config-bad-key", [("n1.slurm_config", {"Select Type": "x"})],
+     "host 'n1': slurm_config: 'Select Type' is not a Slurm key"),
+    ("config-newline", [("n1.slurm_config", {"SelectType": "x\nAuthType=none"})],
+     "host 'n1': slurm_config.SelectType: a value may not hold a newline or '#'"),
+    ("cgroup-choice", [("n1.slurm_cgroup_plugins", "maybe")],
+     "host 'n1': slurm_cgroup_plugins: must be true, false or None (detect)"),
+    ("memory-percent", [("n2.slurm_memory_percent", 150)],
+     "host 'n2': slurm_memory_percent: 150 is not 1-100"),
+    ("batch-size", [("n1.slurm_upgrade_batch_size", 0)],
+     "host 'n1': slurm_upgrade_batch_size: 0 is not a count >= 1"),
+    ("two-dbd", [("groups.slurm_dbd", ["n1", "n2"])],
+     "host 'n2': groups: slurm_dbd allows at most 1 host; the inventory has 2"),
+    ("dbd-without-controller", [("groups.slurm_controller", []), ("groups.slurm_workers", []),
+                                ("groups.slurm_dbd", ["n1"])],
+     "host 'n1': groups: Slurm needs a slurm_controller host"),
+    ("version-not-pinned", [("all.slurm_version", "latest")],
+     "host 'n1': slurm_version: 'latest' is not a version"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("changes,wanted", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_slurm_input_is_refused_naming_host_and_field(spec, changes, wanted):
+    errors = _bad(spec, changes)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(wanted), errors[0]
