@@ -124,16 +124,17 @@ def assert_ray(tb: Testbed, version: str) -> None:
 
 #: Slurm on the testbed: node1 runs slurmctld and slurmd, node2 slurmd. The testbed
 #: has no GPU: each node's gres.conf names a STAND-IN device node, a character device
-#: like /dev/null made here by the test (a production deploy makes none).
+#: like /dev/null that the testbed makes at each node's boot (a production deploy
+#: makes none; real nodes have /dev/nvidiaN).
 SLURM_STANDIN_GPU = "/dev/aicluster-standin-gpu0"
 
 
 def make_standin_gpus(tb: Testbed) -> None:
-    """Create the stand-in GPU device node on every testbed node (before the deploy)."""
+    """Check every testbed node has its stand-in GPU device node (before the deploy)."""
     for node in tb.nodes:
-        tb.ssh(node["name"], f"test -e {SLURM_STANDIN_GPU} || "
-               f"mknod -m 666 {SLURM_STANDIN_GPU} c 1 3")
-    print(f"stand-in GPUs: {SLURM_STANDIN_GPU} (a copy of /dev/null) on every node")
+        tb.ssh(node["name"], f"test -c {SLURM_STANDIN_GPU}")
+    print(f"stand-in GPUs: {SLURM_STANDIN_GPU} (a copy of /dev/null, made by the testbed) "
+          "on every node")
 
 
 def slurm_start_times(tb: Testbed) -> dict[str, str]:

@@ -76,6 +76,25 @@ ExecStart=ip link set dev {st.FABRIC_NIC} up
 WantedBy=multi-user.target
 """
 
+#: The testbed's stand-in GPU: a device node (a copy of /dev/null) made at each boot,
+#: which the testbed inventory names as the node's one GPU, so a Slurm job asking
+#: --gres=gpu:1 is scheduled and sees its allocation. A production node has real ones.
+STANDIN_GPU = "/dev/aicluster-standin-gpu0"
+STANDIN_GPU_UNIT = f"""\
+[Unit]
+Description=Stand-in GPU device {STANDIN_GPU} (aicluster testbed; no real GPU here)
+DefaultDependencies=no
+Before=slurmd.service sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'test -e {STANDIN_GPU} || mknod -m 666 {STANDIN_GPU} c 1 3'
+
+[Install]
+WantedBy=sysinit.target
+"""
+
 #: No name servers: lookups fail at once instead of timing out (nodes have no DNS;
 #: apt and pip reach the registries through the host's proxies, by URL).
 RESOLV_CONF = "# aicluster testbed: no DNS; apt and pip use the proxies on the host\n"
@@ -364,3 +383,8 @@ def write_node_config(root: Path, n: int, count: int, pubkey: str, mirror: Mirro
     write_file(root, "etc/apt/sources.list", "# see sources.list.d/debian.sources\n")
     write_file(root, "etc/apt/sources.list.d/debian.sources", node_sources(mirror))
     write_file(root, "etc/pip.conf", pip_conf())
+    write_file(root, "etc/systemd/system/aicluster-testbed-standin-gpu.service", STANDIN_GPU_UNIT)
+    link = _safe_path(root, "etc/systemd/system/sysinit.target.wants/"
+                      "aicluster-testbed-standin-gpu.service")
+    if not link.is_symlink():
+        link.symlink_to("/etc/systemd/system/aicluster-testbed-standin-gpu.service")
