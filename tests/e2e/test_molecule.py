@@ -1,5 +1,10 @@
-"""molecule's full sequence for the base role on a testbed it creates and destroys
-itself (create, converge, idempotence, verify, destroy)."""
+"""molecule's full sequence for each role on a testbed the scenario creates and
+destroys itself (destroy, syntax, create, converge, idempotence, verify, destroy):
+
+- base: the base role on node1 and node2;
+- slurm: base, then slurm; srun across both nodes and a job on a STAND-IN GPU in verify;
+- ray: head on node1, node2 joins; `ray status` in verify.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ import pytest
 from tests.e2e.conftest import BIN, ROOT, run
 
 
-def test_molecule_base_scenario():
+@pytest.mark.parametrize("role", ["base", "slurm", "ray"])
+def test_molecule_scenario(role):
     if os.geteuid() != 0:
         pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
     from aicluster import testbed as tb
@@ -24,57 +30,9 @@ def test_molecule_base_scenario():
             [BIN / "molecule", "test", "--scenario-name", "default"],
             timeout=1800,
             check=False,
-            cwd=ROOT / "roles" / "base",
+            cwd=ROOT / "roles" / role,
         )
-        assert proc.returncode == 0, "molecule test failed"
-        out = proc.stdout + proc.stderr
-        assert "idempotence" in out.lower()
-    finally:
-        if tb.state.load_state():
-            tb.down()
-    assert tb.state.load_state() is None, "molecule's destroy left the testbed running"
-
-
-def test_molecule_slurm_scenario():
-    """The slurm role's scenario (base, then slurm; srun across both nodes and a job
-    on a STAND-IN GPU in verify), on a testbed it creates and destroys itself."""
-    if os.geteuid() != 0:
-        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
-    from aicluster import testbed as tb
-
-    if tb.state.load_state():
-        tb.down()
-    try:
-        proc = run(
-            [BIN / "molecule", "test", "--scenario-name", "default"],
-            timeout=1800,
-            check=False,
-            cwd=ROOT / "roles" / "slurm",
-        )
-        assert proc.returncode == 0, "molecule test failed"
-    finally:
-        if tb.state.load_state():
-            tb.down()
-    assert tb.state.load_state() is None, "molecule's destroy left the testbed running"
-
-
-def test_molecule_ray_scenario():
-    """The ray role's scenario (head on node1, node2 joins; `ray status` in verify), on a
-    testbed it creates and destroys itself."""
-    if os.geteuid() != 0:
-        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
-    from aicluster import testbed as tb
-
-    if tb.state.load_state():
-        tb.down()
-    try:
-        proc = run(
-            [BIN / "molecule", "test", "--scenario-name", "default"],
-            timeout=1800,
-            check=False,
-            cwd=ROOT / "roles" / "ray",
-        )
-        assert proc.returncode == 0, "molecule test failed"
+        assert proc.returncode == 0, f"molecule test of the {role} role failed"
         assert "idempotence" in (proc.stdout + proc.stderr).lower()
     finally:
         if tb.state.load_state():

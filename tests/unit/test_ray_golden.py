@@ -8,8 +8,6 @@ After an intended change, regenerate them and review the diff:
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from aicluster import PROJECT_ROOT
@@ -17,10 +15,10 @@ from aicluster.deploys import template_vars
 from aicluster.deploys.ray import ray_hosts
 from aicluster.inventory import load_cluster
 from aicluster.render import render
+from tests.golden import GOLDEN_DIR, assert_golden
 
 LAB = PROJECT_ROOT / "inventories" / "lab.py"
-GOLDEN = PROJECT_ROOT / "tests" / "fixtures" / "golden" / "ray"
-UPDATE = os.environ.get("AICLUSTER_UPDATE_GOLDEN") == "1"
+GOLDEN = GOLDEN_DIR / "ray"
 
 _CLUSTER = load_cluster(LAB)
 HOSTS = ray_hosts(_CLUSTER)
@@ -36,15 +34,7 @@ def test_ray_unit_matches_golden_file(host):
         "ray", f"{unit}.j2", template_vars("ray", _CLUSTER, host, _CLUSTER.hosts[host].data,
                                            "RedHat")
     )
-    path = GOLDEN / host / unit
-    if UPDATE:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}; run with AICLUSTER_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), (
-        f"{path} differs from what the templates render now; if intended, regenerate with "
-        "AICLUSTER_UPDATE_GOLDEN=1 and review the diff"
-    )
+    assert_golden(GOLDEN / host / unit, text)
 
 
 def test_every_golden_file_belongs_to_a_ray_node():

@@ -3,12 +3,10 @@ computed from the inventory, and every bad Slurm input refused by name.
 
 Regenerate the golden files after an intended change:
 
-    AICLUSTER_REGEN_GOLDEN=1 pytest tests/unit/test_slurm.py
+    AICLUSTER_UPDATE_GOLDEN=1 pytest tests/unit/test_slurm.py
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -17,10 +15,10 @@ from aicluster.deploys import template_vars
 from aicluster.deploys.slurm import merge, restart_needed
 from aicluster.inventory import InventoryError, load_cluster
 from aicluster.render import defaults, render
+from tests.golden import GOLDEN_DIR, assert_golden
 
-GOLDEN = PROJECT_ROOT / "tests" / "fixtures" / "golden" / "slurm"
+GOLDEN = GOLDEN_DIR / "slurm"
 LAB = PROJECT_ROOT / "inventories" / "lab.py"
-REGEN = os.environ.get("AICLUSTER_REGEN_GOLDEN") == "1"
 
 #: (golden file, template, host, facts): what the lab's nodes get on Debian with
 #: writable cgroups; gpu1 without and with the NVIDIA driver loaded.
@@ -42,15 +40,7 @@ def lab():
 def test_lab_files_match_the_golden_files(lab, golden, template, host, facts):
     v = template_vars("slurm", lab, host, lab.hosts[host].data, "Debian", **facts)
     text = render("slurm", template, v)
-    path = GOLDEN / golden
-    if REGEN:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"{path} is missing: run with AICLUSTER_REGEN_GOLDEN=1"
-    assert text == path.read_text(), (
-        f"{golden} differs from {path}; if the change is intended, regenerate with "
-        "AICLUSTER_REGEN_GOLDEN=1"
-    )
+    assert_golden(GOLDEN / golden, text)
 
 
 def test_slurm_conf_is_the_same_on_every_slurm_node(lab):
