@@ -25,6 +25,8 @@ from aicluster.render import defaults, os_vars, render
 #: it is retried, so one hung mirror fails that host by name instead of stalling all.
 NETWORK_TIMEOUT = 900
 NETWORK_RETRIES = 2
+#: The pyinfra arguments that bound such an operation.
+NETWORK_ARGS = {"_timeout": NETWORK_TIMEOUT, "_retries": NETWORK_RETRIES}
 
 
 def component_module(component: str) -> ModuleType | None:
@@ -105,6 +107,18 @@ def put_template(
         user=user,
         group=group,
     )
+
+
+def install_packages(name: str, packages: list[str], family: str):
+    """Install distribution packages (a pyinfra op), bounded in time and retries; on
+    Debian and Ubuntu the apt index is refreshed when it is over an hour old."""
+    from pyinfra.operations import apt, dnf
+
+    if family == "Debian":
+        return apt.packages(
+            name=name, packages=packages, update=True, cache_time=3600, **NETWORK_ARGS
+        )
+    return dnf.packages(name=name, packages=packages, **NETWORK_ARGS)
 
 
 _CLUSTERS: dict[int, Cluster] = {}

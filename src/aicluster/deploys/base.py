@@ -12,12 +12,11 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.server import Command, LinuxDistribution
-from pyinfra.operations import apt, dnf, files, server, systemd
+from pyinfra.operations import files, server, systemd
 
 from aicluster.deploys import (
-    NETWORK_RETRIES,
-    NETWORK_TIMEOUT,
     current_cluster,
+    install_packages,
     layered,
     os_family,
     put_template,
@@ -180,16 +179,11 @@ def deploy() -> None:
 
 
 def _packages(v: dict[str, Any], family: str) -> None:
-    net = {"_timeout": NETWORK_TIMEOUT, "_retries": NETWORK_RETRIES}
     if family == "Debian":
         put_template("base", "80aicluster-network.j2", APT_NETWORK_FILE, v, name="Apt timeouts")
         if v["base_package_cache_here"]:
-            apt.packages(
-                name="Install the cluster package cache (apt-cacher-ng)",
-                packages=["apt-cacher-ng"],
-                update=True,
-                cache_time=3600,
-                **net,
+            install_packages(
+                "Install the cluster package cache (apt-cacher-ng)", ["apt-cacher-ng"], family
             )
             systemd.service(
                 name="Start the package cache",
@@ -203,13 +197,6 @@ def _packages(v: dict[str, Any], family: str) -> None:
             )
         else:
             files.file(name="No apt proxy", path=APT_PROXY_FILE, present=False)
-        apt.packages(
-            name="Install base packages",
-            packages=v["base_packages"],
-            update=True,
-            cache_time=3600,
-            **net,
-        )
     else:
         proxy = v["base_apt_proxy_url"]
         files.line(
@@ -219,7 +206,7 @@ def _packages(v: dict[str, Any], family: str) -> None:
             replace=f"proxy={proxy}" if proxy else "",
             present=bool(proxy),
         )
-        dnf.packages(name="Install base packages", packages=v["base_packages"], **net)
+    install_packages("Install base packages", v["base_packages"], family)
 
 
 def _chrony(v: dict[str, Any], in_container: bool) -> None:

@@ -23,12 +23,12 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.context import ctx_inventory
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import apt, dnf, files, pip, server, systemd
+from pyinfra.operations import files, pip, server, systemd
 
 from aicluster.deploys import (
-    NETWORK_RETRIES,
-    NETWORK_TIMEOUT,
+    NETWORK_ARGS,
     current_cluster,
+    install_packages,
     layered,
     os_family,
     put_template,
@@ -321,17 +321,7 @@ def deploy() -> None:
 
 
 def _install(v: dict[str, Any], family: str, me: Mapping[str, Any]) -> None:
-    net = {"_timeout": NETWORK_TIMEOUT, "_retries": NETWORK_RETRIES}
-    if family == "Debian":
-        apt.packages(
-            name="Install Python and venv for Ray",
-            packages=v["ray_packages"],
-            update=True,
-            cache_time=3600,
-            **net,
-        )
-    else:
-        dnf.packages(name="Install Python and venv for Ray", packages=v["ray_packages"], **net)
+    install_packages("Install Python and venv for Ray", v["ray_packages"], family)
     server.group(name=f"Ray group {v['ray_user']}", group=v["ray_user"], system=True)
     server.user(
         name=f"Ray user {v['ray_user']}",
@@ -358,7 +348,7 @@ def _install(v: dict[str, Any], family: str, me: Mapping[str, Any]) -> None:
         server.shell(
             name=f"Install Ray {v['ray_version']}",
             commands=[v["ray_pip_install_command"]],
-            **net,
+            **NETWORK_ARGS,
         )
 
 

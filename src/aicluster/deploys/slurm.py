@@ -23,8 +23,7 @@ from pyinfra.facts.systemd import SystemdEnabled
 from pyinfra.operations import apt, dnf, files, server, systemd
 
 from aicluster.deploys import (
-    NETWORK_RETRIES,
-    NETWORK_TIMEOUT,
+    NETWORK_ARGS,
     current_cluster,
     layered,
     os_family,
@@ -388,7 +387,7 @@ def deploy() -> None:
 
 def _packages(v: dict[str, Any], family: str) -> bool:
     """Install Slurm at the pinned version; True when this run upgrades it."""
-    net = {"_timeout": NETWORK_TIMEOUT, "_retries": NETWORK_RETRIES}
+    net = NETWORK_ARGS
     if v["slurm_apt_pin"] and v["slurm_version"]:
         put_template("slurm", "aicluster-slurm.pref.j2", APT_PIN, v,
                      name=f"Pin Slurm's packages at {v['slurm_version']}")
