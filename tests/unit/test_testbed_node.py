@@ -67,3 +67,50 @@ def test_wait_ssh_names_the_dead_node(monkeypatch: pytest.MonkeyPatch, tmp_path)
     message = err.value.message
     assert "node2: its systemd-nspawn supervisor exited" in message
     assert "File exists" in message
+
+
+class _FakeSsh:
+    """Stands in for subprocess.run of the refresh over SSH: records which node ran it
+    when, and fails the nodes named in *failing*."""
+
+    def __init__(self, failing: set[str]) -> None:
+        self.failing = failing
+        self.calls: list[str] = []
+        self.running = 0
+        self.most_at_once = 0
+
+    def __call__(self, argv, **kwargs):
+        import subprocess
+
+        address = next(a for a in argv if a.startswith("root@")).removeprefix("root@")
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        self.calls.append(address)
+        assert argv[-1] == node.REFRESH_INDEX
+        self.running -= 1
+        rc = 100 if address in self.failing else 0
+        return subprocess.CompletedProcess(argv, rc, "", "E: Failed to fetch InRelease")
+
+
+def test_package_index_is_refreshed_one_node_at_a_time(monkeypatch) -> None:
+    fake = _FakeSsh(set())
+    monkeypatch.setattr(node.subprocess, "run", fake)
+    entries = [{"name": f"node{i}", "address": f"10.213.0.{10 + i}"} for i in (1, 2, 3)]
+    node.refresh_package_index(entries, "/k/id")
+    assert fake.calls == ["10.213.0.11", "10.213.0.12", "10.213.0.13"]
+    assert fake.most_at_once == 1
+    # The stamp apt's periodic job writes is what both engines' cache times read.
+    assert "/var/lib/apt/periodic/update-success-stamp" in node.REFRESH_INDEX
+
+
+def test_package_index_refresh_failure_names_the_node(monkeypatch) -> None:
+    fake = _FakeSsh({"10.213.0.12"})
+    monkeypatch.setattr(node.subprocess, "run", fake)
+    monkeypatch.setattr(node.time, "sleep", lambda s: None)
+    entries = [{"name": f"node{i}", "address": f"10.213.0.{10 + i}"} for i in (1, 2, 3)]
+    with pytest.raises(TestbedError) as err:
+        node.refresh_package_index(entries, "/k/id", attempts=2)
+    assert "node2: apt-get update through the package proxy failed 2 times" in err.value.message
+    assert "Failed to fetch InRelease" in err.value.message
+    # node3 is never asked once node2 failed.
+    assert fake.calls == ["10.213.0.11", "10.213.0.12", "10.213.0.12"]

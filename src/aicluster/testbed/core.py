@@ -27,6 +27,7 @@ from aicluster.testbed.node import (
     cgroup_dirs,
     mount_root,
     nspawn_pid,
+    refresh_package_index,
     remove_node,
     ssh_ok,
     start_node,
@@ -144,6 +145,7 @@ def _up(count: int) -> dict[str, Any]:
         log(f"{name} started (supervisor pid {pid}, {entry['address']})")
     if started:
         wait_ssh(started, key)
+        refresh_package_index(started, key)
     log(
         f"up: {len(data['nodes'])} node(s) ready in {time.monotonic() - started_at:.1f} s "
         f"({len(started)} started, {len(running)} already running)"

@@ -326,3 +326,47 @@ def wait_ssh(entries: list[dict[str, Any]], key: str | Path, timeout: float = 12
                 tail = node_log(name).read_text(errors="replace")[-1500:]
             parts.append(f"{name}: {why}\n--- {node_log(name)} (end) ---\n{tail}")
         raise TestbedError("node(s) did not come up:\n" + "\n".join(parts))
+
+
+#: Refreshes each new node's package index once, through the apt proxy, and records
+#: it the way apt's periodic job does (pyinfra's ``cache_time`` and Ansible's
+#: ``cache_valid_time`` read that stamp), so the first deploy does not refresh it again.
+REFRESH_INDEX = (
+    "timeout 240 apt-get -q update && mkdir -p /var/lib/apt/periodic "
+    "&& touch /var/lib/apt/periodic/update-success-stamp"
+)
+
+
+def refresh_package_index(entries: list[dict[str, Any]], key: str | Path,
+                          attempts: int = 3) -> None:
+    """Refresh the package index of each node in *entries*, ONE NODE AT A TIME.
+
+    apt-cacher-ng hangs when many clients ask for the same fresh index file at once
+    (TESTBED.md: ten nodes running ``apt-get update`` together stalled it for over 15
+    minutes; one after the other never did). The first node fills the proxy's cache,
+    the others are served from it, and the deploys that follow within the hour find a
+    fresh index and do not ask again. Raises naming the node that could not refresh.
+    """
+    for entry in entries:
+        start = time.monotonic()
+        for attempt in range(1, attempts + 1):
+            try:
+                proc = subprocess.run(
+                    ssh_command(key, entry["address"], [REFRESH_INDEX], batch=True),
+                    capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                )
+            except subprocess.TimeoutExpired:
+                why = "no answer within 300 s"
+            else:
+                if proc.returncode == 0:
+                    log(f"{entry['name']}: package index refreshed in "
+                        f"{time.monotonic() - start:.1f} s")
+                    break
+                why = f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}"
+            if attempt == attempts:
+                raise TestbedError(
+                    f"{entry['name']}: apt-get update through the package proxy failed "
+                    f"{attempts} times ({why})"
+                )
+            log(f"{entry['name']}: apt-get update failed ({why.splitlines()[0]}); retrying")
+            time.sleep(2 * attempt)
