@@ -8,8 +8,10 @@ not built yet are skipped.
 
 from pyinfra import host, logger
 
-from aicluster.deploys import component_module, current_cluster
+from aicluster.deploys import component_module, current_cluster, memoize_facts_while_preparing
 from aicluster.inventory import InventoryError
+
+memoize_facts_while_preparing()
 
 try:
     _cluster = current_cluster()

@@ -2,7 +2,7 @@
 """Time the no-op re-run of the whole deploy on the testbed, pyinfra and Ansible side
 by side, and record the figures in docs/benchmarks.md.
 
-    .venv/bin/python bench/noop_rerun.py [--nodes 2 10] [--runs 3]
+    .venv/bin/python bench/noop_rerun.py [--nodes 2 10] [--runs 3] [--engines pyinfra]
 
 For each node count: a fresh testbed (`testbed up`, warm image cache), the first
 deploy with pyinfra (timed), then --runs no-op re-runs of each engine, alternating.
@@ -20,6 +20,7 @@ import fcntl
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -37,13 +38,24 @@ ENGINES = {
 }
 
 
+#: CPU seconds (user + system) the last timed() command used on this machine itself,
+#: its child processes included (pyinfra's SSH sessions, Ansible's forks); not the nodes'.
+LAST_CPU = [0.0]
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(args: list) -> tuple[float, str]:
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-    start = time.monotonic()
+    start, cpu = time.monotonic(), _children_cpu()
     proc = subprocess.run([str(a) for a in args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=3600, stdin=subprocess.DEVNULL)
     elapsed = time.monotonic() - start
+    LAST_CPU[0] = _children_cpu() - cpu
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
         sys.exit(f"{' '.join(map(str, args))} failed:\n{out[-4000:]}")
@@ -61,48 +73,59 @@ def changed(engine: str, output: str) -> int:
     return sum(int(n) for n in re.findall(r"\bchanged=(\d+)", output))
 
 
-def bench(nodes: int, runs: int) -> dict:
+def bench(nodes: int, runs: int, engines: list[str]) -> dict:
     timed([BIN / "aicluster", "testbed", "down"])
     up, _ = timed([BIN / "aicluster", "testbed", "up", "--nodes", str(nodes)])
     first, _ = timed(ENGINES["pyinfra"])
-    reruns: dict[str, list[float]] = {e: [] for e in ENGINES}
+    reruns: dict[str, list[float]] = {e: [] for e in engines}
+    cpu: dict[str, list[float]] = {e: [] for e in engines}
     for _ in range(runs):
-        for engine, command in ENGINES.items():
-            seconds, out = timed(command)
+        for engine in engines:
+            seconds, out = timed(ENGINES[engine])
             if changed(engine, out):
                 sys.exit(f"{engine}'s re-run on {nodes} nodes changed something:\n{out[-4000:]}")
             reruns[engine].append(seconds)
+            cpu[engine].append(LAST_CPU[0])
     result = {"nodes": nodes, "up": up, "first": first,
               **{e: statistics.median(v) for e, v in reruns.items()},
+              **{f"{e}_cpu": statistics.median(v) for e, v in cpu.items()},
               **{f"{e}_all": v for e, v in reruns.items()}}
     print(f"{nodes} nodes: up {up:.1f}s, first pyinfra deploy {first:.1f}s, no-op re-run "
-          f"median pyinfra {result['pyinfra']:.1f}s, ansible {result['ansible']:.1f}s",
+          + ", ".join(f"{e} median {result[e]:.1f}s (all {reruns[e]}, deploying machine's CPU "
+                      f"{result[e + '_cpu']:.1f}s)" for e in engines),
           flush=True)
     return result
 
 
-def record(results: list[dict], runs: int) -> None:
+def record(results: list[dict], runs: int, engines: list[str]) -> None:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
     components = sorted({p.stem for p in (ROOT / "src/aicluster/deploys").glob("*.py")}
                         - {"__init__"})
+    names = {"pyinfra": "pyinfra", "ansible": "Ansible"}
+    head = ["nodes", "testbed up (s)", "first deploy, pyinfra (s)"]
+    for e in engines:
+        head += [f"no-op re-run, {names[e]} (s)", f"its CPU here, {names[e]} (s)"]
+    if len(engines) == 2:
+        head.append("Ansible / pyinfra")
     lines = [
         f"\n### {when} ({machine}; components: {', '.join(components)}; "
         f"median of {runs} re-runs)\n",
-        "| nodes | testbed up (s) | first deploy, pyinfra (s) | no-op re-run, pyinfra (s) "
-        "| no-op re-run, Ansible (s) | Ansible / pyinfra |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| " + " | ".join(head) + " |",
+        "|" + " --- |" * len(head),
     ]
     for r in results:
-        lines.append(
-            f"| {r['nodes']} | {r['up']:.1f} | {r['first']:.1f} | {r['pyinfra']:.1f} "
-            f"| {r['ansible']:.1f} | {r['ansible'] / r['pyinfra']:.1f}x |"
-        )
+        cells = [str(r["nodes"]), f"{r['up']:.1f}", f"{r['first']:.1f}"]
+        for e in engines:
+            cells += [f"{r[e]:.1f}", f"{r[e + '_cpu']:.1f}"]
+        if len(engines) == 2:
+            cells.append(f"{r['ansible'] / r['pyinfra']:.1f}x")
+        lines.append("| " + " | ".join(cells) + " |")
     if len(results) > 1:
         lo, hi = results[0], results[-1]
         lines.append(
-            f"\n{hi['nodes']}-node re-run / {lo['nodes']}-node re-run: pyinfra "
-            f"{hi['pyinfra'] / lo['pyinfra']:.2f}x, Ansible {hi['ansible'] / lo['ansible']:.2f}x"
+            f"\n{hi['nodes']}-node re-run / {lo['nodes']}-node re-run: "
+            + ", ".join(f"{names[e]} {hi[e] / lo[e]:.2f}x" for e in engines)
         )
     RESULTS.write_text(RESULTS.read_text() + "\n".join(lines) + "\n")
     print(f"recorded in {RESULTS.relative_to(ROOT)}")
@@ -112,14 +135,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 10])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--engines", nargs="+", choices=sorted(ENGINES),
+                        default=["pyinfra", "ansible"])
     opts = parser.parse_args()
+    engines = [e for e in ENGINES if e in opts.engines]
     with open(LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            results = [bench(n, opts.runs) for n in opts.nodes]
+            results = [bench(n, opts.runs, engines) for n in opts.nodes]
         finally:
             timed([BIN / "aicluster", "testbed", "down"])
-    record(results, opts.runs)
+    record(results, opts.runs, engines)
 
 
 if __name__ == "__main__":
