@@ -8,10 +8,14 @@ not built yet are skipped.
 
 from pyinfra import host, logger
 
-from aicluster.deploys import component_module, current_cluster, memoize_facts_while_preparing
+from aicluster.deploys import component_module, current_cluster
+from aicluster.facts.memo import memoize_facts_while_preparing, prefetch_facts, save_reads
 from aicluster.inventory import InventoryError
 
+# Each fact is read once per host while operations are prepared; the facts the last
+# run read are fetched in one command first (aicluster.facts.memo).
 memoize_facts_while_preparing()
+logger.debug("%s: %d facts prefetched", host.name, prefetch_facts(host))
 
 try:
     _cluster = current_cluster()
@@ -24,3 +28,5 @@ for _component in _cluster.hosts[host.name].components():
         logger.debug("%s: component %s is not built yet, skipped", host.name, _component)
         continue
     _module.deploy()
+
+save_reads(host)

@@ -58,7 +58,9 @@ def timed(args: list) -> tuple[float, str]:
     LAST_CPU[0] = _children_cpu() - cpu
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        sys.exit(f"{' '.join(map(str, args))} failed:\n{out[-4000:]}")
+        log = Path(f"/tmp/aicluster-bench-{int(time.time())}.log")
+        log.write_text(out)
+        sys.exit(f"{' '.join(map(str, args))} failed (whole output: {log}):\n{out[-4000:]}")
     return elapsed, out
 
 

@@ -11,7 +11,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Os
 
-from aicluster import deploys
+from aicluster.facts import memo as deploys
 
 
 @pytest.fixture
@@ -65,3 +65,87 @@ def test_installing_twice_wraps_once(reads):
     wrapped = api_host.get_fact
     deploys.memoize_facts_while_preparing()
     assert api_host.get_fact is wrapped
+
+
+# --- the previous run's reads, fetched in one command (real facts, on this machine) ---
+
+
+def _local_state():
+    from pyinfra.api import Config, Inventory, State
+
+    inventory = Inventory((["@local"], {}))
+    state = State(inventory, Config())
+    state.set_stage(StateStage.Prepare)
+    host = inventory.get_host("@local")
+    return state, host
+
+
+def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatch):
+    from pyinfra.context import ctx_host, ctx_state
+    from pyinfra.facts.files import Directory, Sha1File
+    from pyinfra.facts.server import LinuxDistribution
+
+    from aicluster.facts import memo
+
+    monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
+    memo.memoize_facts_while_preparing()
+    (tmp_path / "a.conf").write_text("x = 1\n")
+    asks = [
+        (File, {"path": str(tmp_path / "a.conf")}),
+        (Sha1File, {"path": str(tmp_path / "a.conf")}),
+        (File, {"path": str(tmp_path / "missing")}),
+        (Directory, {"path": str(tmp_path)}),
+        (LinuxDistribution, {}),
+    ]
+
+    state, host = _local_state()
+    with ctx_state.use(state), ctx_host.use(host):
+        first = [host.get_fact(cls, **kw) for cls, kw in asks]
+        host.get_fact(File, path=str(tmp_path / "a.conf"))  # a repeat is not noted twice
+        memo.save_reads(host)
+    saved = memo.reads_file(host).read_text()
+    assert saved.count("a.conf") == 2 and "x = 1" not in saved  # names, never values
+
+    # The next run: one command answers all of them; no fact command runs after it.
+    state, host = _local_state()
+    commands = []
+    real_run = host.run_shell_command
+
+    def counting(*args, **kwargs):
+        commands.append(args[0])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(host, "run_shell_command", counting)
+    with ctx_state.use(state), ctx_host.use(host):
+        assert memo.prefetch_facts(host) == len(asks)
+        assert len(commands) == 1
+        again = [host.get_fact(cls, **kw) for cls, kw in asks]
+    assert len(commands) == 1
+    assert again == first
+    assert again[0] is not None and again[2] is None
+
+
+def test_a_part_that_fails_is_read_the_normal_way(tmp_path, monkeypatch):
+    from aicluster.facts import memo
+
+    monkeypatch.setattr(memo, "READS_DIR", tmp_path)
+    lines = [
+        "@@aicluster-fact@@ 0 begin", "one", "@@aicluster-fact@@ 0 rc 0",
+        "@@aicluster-fact@@ 1 begin", "partial", "@@aicluster-fact@@ 1 rc 2",
+        "@@aicluster-fact@@ 2 begin",  # cut off: no exit code
+    ]
+    assert memo.split_output(lines) == {0: (0, ["one"]), 1: (2, ["partial"])}
+    script = memo.batch_command([(0, "cat /etc/x", None), (1, "nvidia-smi -L", "nvidia-smi")])
+    assert "( cat /etc/x\n) 2>/dev/null" in script
+    assert "if command -v nvidia-smi >/dev/null 2>&1; then ( nvidia-smi -L\n)" in script
+    # No file from a previous run: nothing prefetched, nothing run.
+    state, host = _local_state()
+    assert memo.prefetch_facts(host) == 0
+
+
+def test_timeouts_and_retries_do_not_make_another_read(reads):
+    state = SimpleNamespace(current_stage=StateStage.Prepare)
+    api_host.get_fact(state, _host("a", _timeout=900, _retries=2,
+                                   _retry_until=lambda out: True), File, kwargs={"path": "/p"})
+    api_host.get_fact(state, _host("a"), File, kwargs={"path": "/p"})
+    assert len(reads) == 1

@@ -121,57 +121,6 @@ def install_packages(name: str, packages: list[str], family: str):
     return dnf.packages(name=name, packages=packages, **NETWORK_ARGS)
 
 
-def _fact_key(host, cls, args, kwargs) -> str | None:
-    """What makes one fact read the same as another on *host*: the fact, its arguments
-    and the connector arguments (sudo, su, shell) of the operation asking for it."""
-    from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
-
-    connector = {
-        k: v for k, v in (host.current_op_global_arguments or {}).items()
-        if k in CONNECTOR_ARGUMENT_KEYS
-    }
-    try:
-        return repr((cls.__module__, cls.__qualname__, args, sorted((kwargs or {}).items()),
-                     sorted(connector.items())))
-    except TypeError:  # unsortable arguments: do not memoise
-        return None
-
-
-def memoize_facts_while_preparing() -> None:
-    """Read each fact once per host while pyinfra prepares the operations.
-
-    pyinfra 3 runs a fact's command every time an operation asks for it: every
-    ``files.put`` asks for its file and directory, every user and group operation for
-    the OS, so the whole deploy asked each node over 200 times on a no-op re-run, most
-    of them repeats. While operations are being prepared nothing on the host changes
-    (they run afterwards), so a repeated read gives the same answer: it is answered
-    from memory (a copy, so no operation can alter another's view). Facts read while
-    operations execute (``_if`` callbacks, ``python.call``) are always read afresh.
-    """
-    import copy
-
-    from pyinfra.api import host as api_host
-    from pyinfra.api.state import StateStage
-
-    real = api_host.get_fact
-    if getattr(real, "aicluster_memo", False):
-        return
-
-    def get_fact(state, host, cls, args=None, kwargs=None, **rest):
-        key = None
-        if state is not None and state.current_stage == StateStage.Prepare and not rest:
-            key = _fact_key(host, cls, args, kwargs)
-        if key is None:
-            return real(state, host, cls, args=args, kwargs=kwargs, **rest)
-        memo = state.__dict__.setdefault("aicluster_fact_memo", {}).setdefault(host.name, {})
-        if key not in memo:
-            memo[key] = real(state, host, cls, args=args, kwargs=kwargs)
-        return copy.deepcopy(memo[key])
-
-    get_fact.aicluster_memo = True  # type: ignore[attr-defined]
-    api_host.get_fact = get_fact
-
-
 _CLUSTERS: dict[int, Cluster] = {}
 
 

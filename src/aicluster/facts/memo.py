@@ -1,0 +1,257 @@
+"""Fewer round trips: each fact read once per host while pyinfra prepares operations,
+and the reads of the previous run fetched in one command at the start.
+
+pyinfra 3 runs a fact's command every time an operation asks for it: every
+``files.put`` asks for its file, its checksum and its directory, every user and group
+operation for the OS. A no-op re-run of base + slurm + ray asked each node over 200
+times, one SSH command each, most of them repeats. While operations are being prepared
+nothing on the host changes (they run afterwards), so
+
+* a repeated read is answered from memory (a copy, so no operation can alter
+  another's view); facts read while operations execute (``_if`` callbacks,
+  ``python.call``) are always read afresh;
+* which facts a host was asked for is remembered on the deploying machine (the fact
+  names and their arguments, never their values), and the next run reads all of them
+  in ONE command before preparing, with pyinfra's own fact classes parsing each part.
+  A part that fails or is missing is simply read again the normal way.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+#: Where the fact names a host was asked for are kept between runs.
+READS_DIR = Path(os.environ.get("AICLUSTER_FACT_READS_DIR", "~/.cache/aicluster/fact-reads"))
+#: Facts never remembered: arbitrary commands (their text may be anything).
+NOT_REMEMBERED = frozenset({"pyinfra.facts.server:Command"})
+#: Connector arguments that change what a fact command prints (who runs it, where,
+#: with which shell and environment). Timeouts, retries, passwords and exit-code
+#: lists change how it runs, not what it reads.
+FACT_AFFECTING = frozenset({
+    "_sudo", "_sudo_user", "_use_sudo_login", "_preserve_sudo_env", "_su_user",
+    "_use_su_login", "_preserve_su_env", "_su_shell", "_doas", "_doas_user", "_dzdo",
+    "_dzdo_user", "_shell_executable", "_chdir", "_env",
+})
+_MARK = "@@aicluster-fact@@"
+_MARK_RE = re.compile(rf"^{re.escape(_MARK)} (\d+) (begin|rc (\d+))$")
+
+
+def _baseline(host) -> dict[str, Any]:
+    """The connector arguments (sudo, su, shell, env ...) every operation on *host* has
+    unless it says otherwise: pyinfra's defaults under the host's data."""
+    from pyinfra.api.arguments import all_argument_meta, default_sentinel
+
+    state = getattr(host, "state", None)
+    if state is None:
+        return {}
+    cache = state.__dict__.setdefault("aicluster_connector_baseline", {})
+    if host.name not in cache:
+        out = {}
+        for key in FACT_AFFECTING & set(all_argument_meta):
+            meta = all_argument_meta[key]
+            value = getattr(host.data, key, default_sentinel)
+            if value is default_sentinel:
+                value = meta.default(state.config)
+            if meta.handler:
+                value = meta.handler(state.config, value)
+            out[key] = value
+        cache[host.name] = out
+    return cache[host.name]
+
+
+def _connector_args(host) -> dict[str, Any]:
+    """The connector arguments of the operation asking that change what a fact reads,
+    where they differ from the host's baseline (a fact read with sudo is another read)."""
+    current = getattr(host, "current_op_global_arguments", None) or {}
+    if not current:
+        return {}
+    baseline = _baseline(host)
+    return {
+        k: v for k, v in current.items()
+        if k in FACT_AFFECTING and (k not in baseline or v != baseline[k])
+    }
+
+
+def fact_key(host, cls, args, kwargs) -> str | None:
+    """What makes one fact read the same as another on *host*: the fact, its arguments
+    and the connector arguments (sudo, su, shell) of the operation asking for it."""
+    try:
+        return repr((cls.__module__, cls.__qualname__, tuple(args or ()),
+                     sorted((kwargs or {}).items()), sorted(_connector_args(host).items())))
+    except TypeError:  # unsortable arguments: not memoised
+        return None
+
+
+def _memo(state, host_name: str) -> dict[str, Any]:
+    return state.__dict__.setdefault("aicluster_fact_memo", {}).setdefault(host_name, {})
+
+
+def _reads(state, host_name: str) -> list[list[Any]]:
+    return state.__dict__.setdefault("aicluster_fact_reads", {}).setdefault(host_name, [])
+
+
+def _remember(state, host, cls, args, kwargs) -> None:
+    """Note a plain read (no sudo/su, JSON-able arguments) to prefetch next time."""
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    if name in NOT_REMEMBERED or _connector_args(host):
+        return
+    entry = [name, list(args or ()), dict(kwargs or {})]
+    try:
+        json.dumps(entry)
+    except TypeError:
+        return
+    reads = _reads(state, host.name)
+    if entry not in reads:
+        reads.append(entry)
+
+
+def memoize_facts_while_preparing() -> None:
+    """Install the memo in front of pyinfra's ``get_fact`` (once per process)."""
+    from pyinfra.api import host as api_host
+    from pyinfra.api.state import StateStage
+
+    real = api_host.get_fact
+    if getattr(real, "aicluster_memo", False):
+        return
+
+    def get_fact(state, host, cls, args=None, kwargs=None, **rest):
+        key = None
+        if state is not None and state.current_stage == StateStage.Prepare and not rest:
+            key = fact_key(host, cls, args, kwargs)
+        if key is None:
+            return real(state, host, cls, args=args, kwargs=kwargs, **rest)
+        memo = _memo(state, host.name)
+        if key not in memo:
+            memo[key] = real(state, host, cls, args=args, kwargs=kwargs)
+        _remember(state, host, cls, args, kwargs)
+        return copy.deepcopy(memo[key])
+
+    get_fact.aicluster_memo = True  # type: ignore[attr-defined]
+    api_host.get_fact = get_fact
+
+
+# --- remembering reads between runs -------------------------------------------------
+
+
+def reads_file(host) -> Path:
+    """One file per host and address, under READS_DIR."""
+    ident = hashlib.sha256(f"{host.name}\0{host.data.get('ssh_hostname')}".encode())
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", host.name)
+    return READS_DIR.expanduser() / f"{safe}-{ident.hexdigest()[:12]}.json"
+
+
+def save_reads(host) -> None:
+    """Keep the names of the facts *host* was asked for (not their values)."""
+    state = host.state
+    path = reads_file(host)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(_reads(state, host.name)))
+    os.replace(tmp, path)
+
+
+def _fact_class(name: str):
+    module, _, qualname = name.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def batch_command(parts: list[tuple[int, str, str | None]]) -> str:
+    """One shell script running each fact command in a subshell between markers."""
+    from pyinfra.api.facts import _MISSING_COMMAND_MARKER
+
+    lines = []
+    for index, command, requires in parts:
+        body = f"( {command}\n)"
+        if requires:
+            body = (f"if command -v {requires} >/dev/null 2>&1; then {body}; "
+                    f"else echo '{_MISSING_COMMAND_MARKER}'; fi")
+        lines.append(f"echo '{_MARK} {index} begin'; {body} 2>/dev/null; "
+                     f"echo \"{_MARK} {index} rc $?\"")
+    return "\n".join(lines)
+
+
+def split_output(lines: list[str]) -> dict[int, tuple[int, list[str]]]:
+    """``{index: (exit code, stdout lines)}`` from the batch's output."""
+    out: dict[int, tuple[int, list[str]]] = {}
+    current: int | None = None
+    buffer: list[str] = []
+    for line in lines:
+        match = _MARK_RE.match(line)
+        if not match:
+            if current is not None:
+                buffer.append(line)
+            continue
+        index = int(match.group(1))
+        if match.group(2) == "begin":
+            current, buffer = index, []
+        elif current == index:
+            out[index] = (int(match.group(3)), buffer)
+            current = None
+    return out
+
+
+def prefetch_facts(host) -> int:
+    """Read, in one command, every fact *host* was asked for in the previous run and
+    put the answers in the memo. Returns how many were prefetched."""
+    from pyinfra.api.command import StringCommand
+    from pyinfra.api.facts import _MISSING_COMMAND_MARKER, _handle_fact_kwargs, _make_command
+
+    state = host.state
+    path = reads_file(host)
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return 0
+    wanted = []
+    for index, entry in enumerate(entries):
+        try:
+            name, args, kwargs = entry
+            cls = _fact_class(name)
+            fact = cls()
+            fact_kwargs, _ = _handle_fact_kwargs(state, host, cls, args, kwargs)
+            if fact.check_preconditions(state, host):
+                continue
+            command = _make_command(fact.command, dict(fact_kwargs))
+            requires = _make_command(fact.requires_command, dict(fact_kwargs))
+        except Exception:  # a fact renamed or gone since: read it the normal way
+            continue
+        if isinstance(command, StringCommand):
+            command = command.get_raw_value()
+        if not isinstance(command, str) or (requires is not None and not isinstance(
+                requires, str)):
+            continue
+        wanted.append((index, cls, fact, args, kwargs, command, requires))
+    if not wanted:
+        return 0
+    script = batch_command([(i, c, r) for i, _, _, _, _, c, r in wanted])
+    status, output = host.run_shell_command(StringCommand(script))
+    if not status:
+        return 0
+    results = split_output(output.stdout_lines)
+    memo = _memo(state, host.name)
+    done = 0
+    for index, cls, fact, args, kwargs, _, _ in wanted:
+        if index not in results:
+            continue
+        rc, lines = results[index]
+        if rc != 0 or lines == [_MISSING_COMMAND_MARKER]:
+            continue
+        try:
+            value = fact.process(lines) if lines else fact.default()
+        except Exception:
+            continue
+        key = fact_key(host, cls, args, kwargs)
+        if key is not None:
+            memo.setdefault(key, value)
+            done += 1
+    return done
