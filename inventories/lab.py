@@ -17,6 +17,9 @@ def _gpu_worker(n: int) -> tuple[str, dict]:
         f"gpu{n}",
         {
             "ssh_hostname": f"10.10.0.{20 + n}",
+            # gpu1 runs the fabric's opensm, gpu2 the standby (the highest priority is
+            # the master; docs/components/infiniband.md).
+            **({"infiniband_opensm_priority": 16 - n} if n <= 2 else {}),
             # A custom Ray resource: tasks asking for it land on NVSwitch nodes.
             "ray_resources": {"nvswitch": 1},
             "hardware": {
@@ -88,17 +91,23 @@ _storage1 = (
     "storage1",
     {
         "ssh_hostname": "10.10.0.40",
+        # Both 100 GbE ports in one LACP bond on the storage network, and the fabric
+        # network as VLAN 20 on the same bond (docs/components/network.md).
+        "network_bonds": [
+            {"name": "bond0", "members": ["ens2f0", "ens2f1"], "network": "storage",
+             "address": "10.30.0.40"},
+        ],
+        "network_vlans": [
+            {"id": 20, "link": "bond0", "network": "fabric", "address": "10.20.0.40"},
+        ],
+        # Ring buffers of the 100 GbE ports raised at boot.
+        "network_nic_tuning": True,
         "hardware": {
             "cpus": 64,
             "memory_gb": 512,
             "nics": [
-                {
-                    "name": "ens2f0",
-                    "speed_gbps": 100,
-                    "network": "storage",
-                    "address": "10.30.0.40",
-                    "mtu": 9000,
-                },
+                {"name": f"ens2f{i}", "speed_gbps": 100, "network": "storage", "mtu": 9000}
+                for i in range(2)
             ],
             "nvme": [
                 {"device": f"/dev/disk/by-id/nvme-KIOXIA_KCM7DRUG7T68_X2N0A00{i}"}
@@ -113,7 +122,19 @@ all = [_head, *[_gpu_worker(n) for n in range(1, 5)], _storage1]
 
 _gpus = [f"gpu{n}" for n in range(1, 5)]
 
-gpu_nodes = list(_gpus)
+# The NVIDIA driver of every GPU node, pinned to an exact version of its branch, with
+# the CUDA toolkit; a bump upgrades two nodes at a time (docs/components/nvidia.md).
+gpu_nodes = (
+    list(_gpus),
+    {
+        # The lab's mirror of NVIDIA's CUDA repository.
+        "nvidia_cuda_repo_url": "http://mirror.lab.internal/nvidia/cuda/repos",
+        "nvidia_driver_branch": "570",
+        "nvidia_driver_version": "570.133.20",
+        "nvidia_cuda_version": "12.8",
+        "nvidia_upgrade_batch_size": 2,
+    },
+)
 ib_nodes = list(_gpus)
 slurm_controller = ["head"]
 slurm_workers = list(_gpus)

@@ -42,7 +42,9 @@ def _node(node: dict) -> tuple[str, dict]:
             "hardware": {
                 "cpus": 1,
                 "memory_gb": 2,
-                "gpus": {"model": "standin", "count": 1},
+                # A stand-in, not an NVIDIA GPU: the nvidia component installs nothing
+                # here and says so; Slurm offers it as GRES.
+                "gpus": {"model": "standin", "count": 1, "vendor": "standin"},
                 "nics": [
                     {
                         "name": node["fabric_nic"],
@@ -78,12 +80,32 @@ all = (
     },
 )
 
+# Disks (`aicluster testbed up --disks K`, `aicluster testbed disk add NODE NAME`): loop
+# devices under stable /dev/disk/by-id names. A node with disks declares them as its
+# NVMe drives and makes its NVMe cache of them (nvme_cache); nodes without get none.
+for _name, _data in all[0]:
+    _disks = [d["by_id"] for d in _state.get("disks") or [] if d["node"] == _name]
+    if _disks:
+        _data["hardware"]["nvme"] = [{"device": d} for d in _disks]
+        _data["nvme_cache_devices"] = _disks
+
+# InfiniBand: the nodes have no HCA. They are ib_nodes all the same, so the infiniband
+# component runs: it installs the RDMA packages and says why it starts no opensm
+# (node1 is named the subnet manager, as a real cluster would name one).
+ib_nodes = [n["name"] for n in _state["nodes"]]
+all[0][0][1]["infiniband_opensm_priority"] = 15
+
+# NVIDIA: the nodes are gpu_nodes (their stand-in GPU), so the nvidia component runs
+# and reports that it skipped them (no NVIDIA GPU on the PCI bus), changing nothing.
+gpu_nodes = [n["name"] for n in _state["nodes"]]
+
 # Slurm: node1 runs slurmctld and slurmd, node2 slurmd.
 slurm_controller = [_state["nodes"][0]["name"]]
 slurm_workers = [n["name"] for n in _state["nodes"]]
 
-# Ray: node1 runs the head, the other nodes join it. On the management network: the
-# fabric NICs get their addresses from the network component, which is not built yet.
+# Ray: node1 runs the head, the other nodes join it. On the management network, so the
+# Ray role's molecule scenario (base and Ray alone, no network component to address
+# the fabric NICs) deploys the same cluster.
 ray_head = [_state["nodes"][0]["name"]]
 ray_workers = [n["name"] for n in _state["nodes"][1:]]
 

@@ -64,6 +64,10 @@ COMPONENT_GROUPS: dict[str, tuple[str, ...]] = {
     "monitoring": ("monitoring",),
 }
 
+#: Component -> a host data key that gives a host the component outside its groups
+#: (a storage node with ``nvme_cache_devices`` gets the NVMe cache too).
+COMPONENT_DATA_KEYS: dict[str, str] = {"nvme_cache": "nvme_cache_devices"}
+
 #: The order components are deployed in (dependencies first).
 COMPONENT_ORDER: tuple[str, ...] = tuple(COMPONENT_GROUPS)
 
@@ -144,12 +148,15 @@ class _Model(BaseModel):
 
 
 class GPUs(_Model):
-    """The node's GPUs. ``count: 0`` (the default) means none."""
+    """The node's GPUs. ``count: 0`` (the default) means none. ``vendor: "standin"``
+    declares a stand-in for tests (no real GPU): Slurm still offers it as GRES, the
+    nvidia component installs nothing and checks no count on such a node."""
 
     model: str = ""
     count: Annotated[int, Field(ge=0, le=16)] = 0
     memory_gb: Annotated[int, Field(ge=0, le=1024)] = 0
     nvswitch: bool = False
+    vendor: Literal["nvidia", "standin"] = "nvidia"
 
     @model_validator(mode="after")
     def _model_named(self) -> GPUs:
@@ -360,18 +367,28 @@ class Host:
         return str(self.spec.ssh_hostname)
 
     def components(self) -> list[str]:
-        """The components this host is given, in deploy order."""
+        """The components this host is given, in deploy order: by its groups, or by a
+        data key that asks for the component (COMPONENT_DATA_KEYS)."""
         return [
             c
             for c, groups in COMPONENT_GROUPS.items()
-            if not groups or any(g in self.groups for g in groups)
+            if not groups
+            or any(g in self.groups for g in groups)
+            or self.data.get(COMPONENT_DATA_KEYS.get(c, ""), None) is not None
         ]
 
     def network_address(self, network: str) -> str | None:
-        """This host's address on a network (NICs first, then IPoIB ports)."""
+        """This host's address on a network (NICs first, then IPoIB ports, then the
+        bonds and VLANs of ``network_bonds``/``network_vlans``)."""
         for item in (*self.spec.hardware.nics, *self.spec.hardware.ib_ports):
             if item.network == network and item.address is not None:
                 return str(item.address)
+        for key in ("network_bonds", "network_vlans"):
+            entries = self.data.get(key)
+            for entry in entries if isinstance(entries, list) else []:
+                if isinstance(entry, Mapping) and entry.get("network") == network \
+                        and entry.get("address"):
+                    return str(entry["address"])
         return None
 
 
@@ -711,11 +728,8 @@ def _check_groups(
             errors.append(
                 f"host {name!r}: hardware.gpus.count: is in gpu_nodes but declares no GPUs"
             )
-    for name in members("ib_nodes"):
-        if name in hosts and not hosts[name].spec.hardware.ib_ports:
-            errors.append(
-                f"host {name!r}: hardware.ib_ports: is in ib_nodes but declares no InfiniBand port"
-            )
+    # An ib_nodes host that declares no InfiniBand port is valid: it gets the RDMA
+    # packages and no subnet manager (the infiniband deploy says so).
     if cspec.package_cache and cspec.package_cache not in hosts:
         first = next(iter(hosts))
         errors.append(

@@ -39,6 +39,8 @@ CLUSTER = {
         "fabric": {"subnet": "10.20.0.0/24", "mtu": 9000},
     },
     "package_cache": "head",
+    # A site's mirror of NVIDIA's CUDA repository (aicluster names no package host).
+    "nvidia_cuda_repo_url": "https://mirror.example.org/nvidia/cuda/repos",
     "base_chrony_server_host": "head",
     "base_admin_users": [
         {

@@ -29,6 +29,7 @@ CLUSTER = {
         "management": {"subnet": "10.10.0.0/24"},
         "fabric": {"subnet": "10.20.0.0/24", "mtu": 9000},
     },
+    "nvidia_cuda_repo_url": "https://mirror.example.org/nvidia/cuda/repos",
     "ray_version": VERSION,
 }
 

@@ -57,6 +57,79 @@ def assert_base(tb: Testbed) -> None:
     assert server in sources, sources
 
 
+#: What the infiniband deploy says on each of the testbed's HCA-less nodes (both
+#: engines), and why opensm is not started there: node1, the named subnet manager,
+#: has no HCA; node2 is no subnet manager node.
+INFINIBAND_NO_HCA = "no InfiniBand/RoCE HCA on this node"
+INFINIBAND_SKIPPED = "opensm skipped: "
+INFINIBAND_SKIPPED_SM = "opensm skipped: this node has no InfiniBand HCA"
+
+
+def assert_network(tb: Testbed, output: str = "") -> None:
+    """network: each node's fabric NIC has its address and MTU 9000 from the node's own
+    systemd-networkd (our .network file), the management NIC is untouched, and a full
+    9000-byte frame crosses the fabric unfragmented while a larger one does not.
+    infiniband: the RDMA packages are installed on these HCA-less nodes, no opensm runs,
+    and the deploy's output (``output``, when given) says why."""
+    from aicluster.testbed.state import fabric_address, node_number
+
+    fabric = {n["name"]: fabric_address(node_number(n["name"])) for n in tb.nodes}
+    for node in tb.nodes:
+        name, nic = node["name"], node["fabric_nic"]
+        addr = tb.ssh(name, f"ip -o -4 addr show dev {nic}")
+        assert f"inet {fabric[name]}/24 " in addr, addr
+        assert tb.ssh(name, f"cat /sys/class/net/{nic}/mtu").strip() == "9000"
+        status = tb.ssh(name, f"networkctl status {nic}")
+        assert f"/etc/systemd/network/60-aicluster-{nic}.network" in status, status
+        # The management interface keeps the testbed's own configuration.
+        host0 = tb.ssh(name, "networkctl status host0")
+        assert "/etc/systemd/network/10-aicluster-host0.network" in host0, host0
+        assert f"inet {node['address']}/" in tb.ssh(name, "ip -o -4 addr show dev host0")
+        packages = tb.ssh(name, "dpkg-query -W -f '${Package} ${Status}\n' rdma-core "
+                                "ibverbs-utils infiniband-diags perftest")
+        assert packages.count("install ok installed") == 4, packages
+        assert tb.ssh(name, "systemctl is-active opensm", check=False).strip() != "active"
+    for node in tb.nodes:
+        name = node["name"]
+        for other, address in fabric.items():
+            if other == name:
+                continue
+            ok = tb.ssh(name, f"ping -c 2 -W 2 -M do -s 8972 {address}", check=False)
+            assert " 0% packet loss" in ok, ok
+            big = run_ssh_status(tb, name, f"ping -c 1 -W 2 -M do -s 8973 {address}")
+            assert big != 0, f"{name}: an 8973-byte ping to {other} crossed a 9000 MTU path"
+            print(f"{name} -> {other} ({address}): 8972-byte payload unfragmented, "
+                  "8973 refused (path MTU 9000)")
+    if output:
+        for words in (INFINIBAND_NO_HCA, INFINIBAND_SKIPPED):
+            said = output.count(words)
+            assert said >= len(tb.nodes), f"{words!r}: said {said} time(s), {len(tb.nodes)} nodes"
+        assert INFINIBAND_SKIPPED_SM in output
+        print("infiniband said on every HCA-less node why it started no opensm: "
+              + "; ".join(line.strip() for line in output.splitlines()
+                          if INFINIBAND_SKIPPED in line)[:600])
+
+
+def assert_nvidia_skipped(tb: Testbed, output: str) -> None:
+    """nvidia: the testbed's nodes declare a STAND-IN GPU and have no NVIDIA device, so
+    the component skipped them, said why in the deploy's output, and wrote nothing."""
+    flat = " ".join(output.split())  # one line, however the output was wrapped
+    for node in tb.nodes:
+        name = node["name"]
+        why = f"{name}: skipped: hardware.gpus declares a stand-in (1 x 'standin'"
+        assert why in flat, f"no nvidia skip message for {name} in the output"
+        assert "NVIDIA GPUs on the PCI bus: 0; nothing installed" in flat
+        left = tb.ssh(name, "ls /usr/local/sbin/aicluster-nvidia-driver "
+                            "/etc/apt/preferences.d/aicluster-nvidia 2>/dev/null; true")
+        assert not left.strip(), f"{name}: nvidia wrote {left} on a skipped node"
+
+
+def run_ssh_status(tb: Testbed, node: str, command: str) -> int:
+    """The exit status of ``command`` on ``node``."""
+    out = tb.ssh(node, f"{command} >/dev/null 2>&1; echo status=$?", check=False)
+    return int(out.strip().rsplit("status=", 1)[-1])
+
+
 #: Runs on the head as a Ray driver: one task pinned to each alive node (hard node
 #: affinity), each returning the hostname it ran on.
 RAY_PROBE = """

@@ -5,6 +5,8 @@ from __future__ import annotations
 from tests.e2e.checks import (
     RAY_VERSION,
     assert_base,
+    assert_network,
+    assert_nvidia_skipped,
     assert_ray,
     assert_slurm,
     assert_slurm_reconfigures_keeping_jobs,
@@ -28,6 +30,8 @@ def test_playbook_then_rerun_changes_nothing(testbed):
     assert set(changed) >= {"node1", "node2"}
     assert sum(changed.values()) > 0
     assert_base(testbed)
+    assert_network(testbed, first.stdout)
+    assert_nvidia_skipped(testbed, first.stdout)
     assert_ray(testbed, RAY_VERSION)
     ray_started = ray_start_times(testbed)
     assert_slurm(testbed)

@@ -4,6 +4,13 @@ destroys itself (destroy, syntax, create, converge, idempotence, verify, destroy
 - base: the base role on node1 and node2;
 - slurm: base, then slurm; srun across both nodes and a job on a STAND-IN GPU in verify;
 - ray: head on node1, node2 joins; `ray status` in verify.
+- network: each node's fabric NIC gets its address and MTU 9000 through systemd-networkd;
+  a 9000-byte frame crosses the fabric, a larger one does not;
+- infiniband: the RDMA packages on HCA-less nodes, no opensm (and why).
+- nvidia: the nodes' GPU is a STAND-IN (no NVIDIA device): the role skips them, says
+  why, writes nothing; the idempotence pass changes nothing.
+- nvme_cache: each node's empty STAND-IN drive (a loop device) becomes the XFS cache,
+  mounted by UUID with nofail; a second converge changes nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ import pytest
 from tests.e2e.conftest import BIN, ROOT, run
 
 
-@pytest.mark.parametrize("role", ["base", "slurm", "ray"])
+@pytest.mark.parametrize(
+    "role", ["base", "network", "infiniband", "nvidia", "nvme_cache", "slurm", "ray"]
+)
 def test_molecule_scenario(role):
     if os.geteuid() != 0:
         pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from tests.e2e.checks import (
     RAY_VERSION,
     assert_base,
+    assert_network,
+    assert_nvidia_skipped,
     assert_ray,
     assert_slurm,
     assert_slurm_reconfigures_keeping_jobs,
@@ -26,9 +28,12 @@ def _output(proc):
 
 def test_deploy_then_redeploy_changes_nothing(testbed):
     make_standin_gpus(testbed)
-    first = pyinfra_results(_output(_deploy()))
+    first_proc = _deploy()
+    first = pyinfra_results(_output(first_proc))
     assert first["changed"] > 0 and first["errors"] == 0, first
     assert_base(testbed)
+    assert_network(testbed, _output(first_proc))
+    assert_nvidia_skipped(testbed, _output(first_proc))
     assert_ray(testbed, RAY_VERSION)
     ray_started = ray_start_times(testbed)
     assert_slurm(testbed)

@@ -20,8 +20,12 @@ def test_up_then_down_leaves_nothing():
         pytest.fail("the end-to-end tests need root")
     from aicluster.testbed import state
 
-    run([BIN / "aicluster", "testbed", "up", "--nodes", "2"], timeout=900)
+    # With a disk per node: down detaches their loop devices and deletes their files.
+    run([BIN / "aicluster", "testbed", "up", "--nodes", "2", "--disks", "1",
+         "--disk-size", "512M"], timeout=900)
     st = state.load_state()
+    loops = [d["loop"] for d in st["disks"]]
+    assert len(loops) == 2, st["disks"]
     # What deploys and rehearsals leave in the state directory goes too.
     (state.state_dir() / "secrets").mkdir(mode=0o700, exist_ok=True)
     (state.state_dir() / "secrets" / "munge.key").write_bytes(b"x" * 16)
@@ -41,3 +45,5 @@ def test_up_then_down_leaves_nothing():
         leftovers = [p.name for p in Path(f"/sys/fs/cgroup/{hier}").glob("aicluster*")]
         assert not leftovers, (hier, leftovers)
     assert "aicluster" not in _sh("losetup -a")
+    for loop in loops:
+        assert _sh(f"losetup --noheadings -O BACK-FILE {loop} 2>/dev/null").strip() == "", loop

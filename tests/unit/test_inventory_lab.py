@@ -81,7 +81,9 @@ def test_lab_etc_hosts(lab):
             (f"gpu{n}-storage", f"10.30.0.{20 + n}"),
             (f"gpu{n}-ib", f"10.40.0.{20 + n}"),
         ]
-    expected += [("storage1", "10.10.0.40"), ("storage1-storage", "10.30.0.40")]
+    # storage1: the fabric on VLAN 20 of its bond, the storage network on the bond.
+    expected += [("storage1", "10.10.0.40"), ("storage1-fabric", "10.20.0.40"),
+                 ("storage1-storage", "10.30.0.40")]
     assert lab.etc_hosts() == [{"address": a, "names": [name]} for name, a in expected]
 
 
@@ -90,7 +92,10 @@ def test_lab_network_addresses(lab):
     assert gpu1.address == "10.10.0.21"
     assert gpu1.network_address("fabric") == "10.20.0.21"
     assert gpu1.network_address("ib") == "10.40.0.21"  # IPoIB, from the first IB port
-    assert lab.hosts["storage1"].network_address("fabric") is None
+    # Bonds and VLANs (network_bonds, network_vlans) hold addresses too.
+    assert lab.hosts["storage1"].network_address("fabric") == "10.20.0.40"
+    assert lab.hosts["storage1"].network_address("storage") == "10.30.0.40"
+    assert lab.hosts["head"].network_address("ib") is None
 
 
 def test_components_in_deploy_order(lab):
@@ -122,6 +127,9 @@ def test_a_host_in_every_group_gets_every_component_in_order(spec):
     for group in KNOWN_GROUPS:
         spec.set(f"groups.{group}", ["n1"])
     spec.set("all.ray_version", "2.60.0")  # a Ray node needs its pinned version
+    # NVIDIA GPUs from NVIDIA's CUDA repository need its URL (or a mirror's).
+    spec.set("all.nvidia_cuda_repo_url", "https://mirror.example.org/nvidia/cuda/repos")
+    spec.set("n1.infiniband_opensm_priority", 15)  # an IB fabric needs a subnet manager
     cluster = load_cluster(spec.write())
     assert cluster.hosts["n1"].components() == list(COMPONENT_ORDER)
     assert COMPONENT_ORDER[0] == "base"

@@ -55,10 +55,38 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "slurm_cgroup_plugins": False,
         "slurm_version": "",
     },
+    # nvidia: a branch pin without an exact version, a site mirror's repository layout.
+    "nvidia": {
+        "nvidia_driver_version": None,
+        "nvidia_driver_branch": "575",
+        "nvidia_cuda_repo_distro": "ubuntu2404",
+        "nvidia_cuda_repo_arch": "sbsa",
+    },
     # ray: no dashboard, custom resources on every node (the head too).
     "ray": {
         "ray_dashboard": False,
         "ray_resources": {"nvswitch": 1, "tpu-v5.lite:0": 0.5},
+    },
+    # network: bonds of another mode (no LACP rate), every fast NIC tuned (by MAC on
+    # the GPU nodes, by name elsewhere) with other ring sizes.
+    "network": {
+        "network_bond_defaults": {"mode": "active-backup", "hash": "layer2", "miimon": 200,
+                                  "lacp_rate": "slow"},
+        "network_nic_tuning": True,
+        "network_tuning_min_speed_gbps": 25,
+        "network_ring_rx": 4096,
+        "network_ring_tx": 2048,
+    },
+    # infiniband: the user's opensm options over the defaults (one dropped).
+    "infiniband": {
+        "infiniband_opensm_config": {"log_max_size": None, "routing_engine": "ftree"},
+    },
+    # nvme_cache: no cache directories (no environment), other mount options, FS-Cache.
+    "nvme_cache": {
+        "nvme_cache_directories": [],
+        "nvme_cache_mount_options": ["noatime", "discard", "nofail"],
+        "nvme_cache_fscache": True,
+        "nvme_cache_fscache_dir": "fs/cache",
     },
     "base": {
         "base_chrony_upstream": [],
@@ -83,6 +111,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
 #: (Ansible's ``loop_control.loop_var``): template -> (loop variable, list variable).
 LOOP_VARS: dict[tuple[str, str], tuple[str, str]] = {
     ("base", "authorized_keys.j2"): ("base_admin_user", "base_admin_users"),
+    ("network", "networkd.network.j2"): ("network_interface", "network_interfaces"),
+    ("network", "networkd.netdev.j2"): ("network_interface", "network_interfaces"),
+    ("network", "networkmanager.nmconnection.j2"): ("network_interface", "network_interfaces"),
 }
 
 

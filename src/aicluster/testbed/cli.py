@@ -19,13 +19,20 @@ def testbed() -> None:
 @testbed.command()
 @click.option("--nodes", "-n", type=click.IntRange(1, st.MAX_NODES), default=2, show_default=True,
               help="How many nodes (node1..nodeN) the testbed should have.")
-def up(nodes: int) -> None:
+@click.option("--disks", type=click.IntRange(0, 8), default=0, show_default=True,
+              help="Disks each node has (disk1..diskK: loop devices, "
+                   "/dev/disk/by-id/aicluster-testbed-NODE-diskK in the node).")
+@click.option("--disk-size", default="1G", show_default=True,
+              help="Size of each new disk (sparse), e.g. 512M or 2G.")
+def up(nodes: int, disks: int, disk_size: str) -> None:
     """Create the testbed, or add the missing nodes to it (running nodes stay as they are)."""
     from aicluster.testbed.core import up as do_up
 
-    data = do_up(nodes)
+    data = do_up(nodes, disks=disks, disk_size=disk_size)
     for node in data["nodes"]:
         click.echo(f"{node['name']}\t{node['address']}")
+    for disk in data.get("disks") or []:
+        click.echo(f"{disk['node']}\t{disk['by_id']}\t{disk['loop']}")
     click.echo(f"ssh key: {data['ssh_key']}  (aicluster testbed ssh NODE)")
 
 
@@ -82,3 +89,20 @@ def ssh(node: str, command: tuple[str, ...]) -> None:
         raise TestbedError(f"no node {node!r} in the testbed (nodes: {names})")
     argv = ssh_command(data["ssh_key"], entry["address"], list(command))
     os.execvp(argv[0], argv)
+
+
+@testbed.group()
+def disk() -> None:
+    """Disks of testbed nodes (loop devices on the host)."""
+
+
+@disk.command("add")
+@click.argument("node")
+@click.argument("name")
+@click.option("--size", default="1G", show_default=True, help="Size (sparse), e.g. 512M or 2G.")
+def disk_add(node: str, name: str, size: str) -> None:
+    """Give running NODE a disk NAME: /dev/disk/by-id/aicluster-testbed-NODE-NAME."""
+    from aicluster.testbed.core import disk_add as do_disk_add
+
+    record = do_disk_add(node, name, size)
+    click.echo(f"{record['node']}\t{record['by_id']}\t{record['loop']}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from aicluster.testbed import state as st
+from aicluster.testbed.disks import add_disk, parse_size, remove_disks
 from aicluster.testbed.errors import TestbedError
 from aicluster.testbed.host import check_host, ensure_host_packages, require_root
 from aicluster.testbed.image import (
@@ -47,7 +48,7 @@ NSPAWN_RUN_DIR = Path("/run/systemd/nspawn")
 #: files, the key, the secrets the testbed's deploys generated (its munge key) and
 #: rehearsal overrides (inventories/testbed.py reads overrides.json).
 STATE_ENTRIES = ["state.json", "state.json.tmp", "nodes", "proxies", "id_ed25519",
-                 "id_ed25519.pub", "secrets", "overrides.json"]
+                 "id_ed25519.pub", "secrets", "overrides.json", "disks"]
 
 
 @contextlib.contextmanager
@@ -75,17 +76,39 @@ def _ensure_key(base: Path) -> Path:
     return key
 
 
-def up(nodes: int = 2) -> dict[str, Any]:
+def up(nodes: int = 2, disks: int = 0, disk_size: str = "1G") -> dict[str, Any]:
     """Bring the testbed up with (at least) *nodes* nodes and return its state.
 
     Idempotent: running nodes are left untouched, missing ones are created or
-    restarted, and nodes beyond *nodes* that already exist are kept.
+    restarted, and nodes beyond *nodes* that already exist are kept. With *disks*,
+    every node has (at least) disks ``disk1`` .. ``diskK`` of *disk_size*
+    (:mod:`aicluster.testbed.disks`).
     """
     if not isinstance(nodes, int) or not 1 <= nodes <= st.MAX_NODES:
         raise TestbedError(f"--nodes must be between 1 and {st.MAX_NODES}")
+    if not isinstance(disks, int) or not 0 <= disks <= 8:
+        raise TestbedError("--disks must be between 0 and 8")
+    if disks:
+        parse_size(disk_size)
     require_root()
     with _locked():
-        return _up(nodes)
+        data = _up(nodes)
+        for node in data["nodes"]:
+            for i in range(1, disks + 1):
+                add_disk(data, node["name"], f"disk{i}", disk_size)
+        return data
+
+
+def disk_add(node: str, name: str, size: str = "1G") -> dict[str, Any]:
+    """Give a running node a disk (a loop device on the host), named in the node
+    ``/dev/disk/by-id/aicluster-testbed-NODE-NAME``. Returns the disk's record."""
+    parse_size(size)
+    require_root()
+    with _locked():
+        data = st.load_state()
+        if data is None:
+            raise TestbedError("no testbed (run: aicluster testbed up)")
+        return add_disk(data, node, name, size)
 
 
 def _up(count: int) -> dict[str, Any]:
@@ -180,6 +203,7 @@ def _down() -> None:
     ours += [p["pid"] for n, p in ((data or {}).get("proxies") or {}).items()
              if proxy_running(n, p.get("pid"))]
     stop_nodes(entries)
+    remove_disks(data, sdir)
     for entry in entries:
         remove_node(entry["name"])
     if _empty_dir(PROPAGATE_ROOT):

@@ -1,0 +1,40 @@
+"""Filters the network role (and infiniband's IPoIB) use: the very Python the pyinfra
+deploy runs (aicluster.deploys.network, aicluster.facts.network), so both engines
+choose the renderer, the files, the commands and the refusals alike."""
+
+from __future__ import annotations
+
+from aicluster.deploys.network import (
+    apply_commands,
+    management_refusal,
+    missing_nics,
+    render_files,
+    renderer,
+    rollback_commands,
+    touches,
+)
+from aicluster.facts.network import parse_interfaces, parse_management
+
+
+def _refusal(ids, host_name, mgmt):
+    return management_refusal(host_name, mgmt, list(ids))
+
+
+def _rollback(items, renderer_name, paths, seconds):
+    arm, confirm = rollback_commands(renderer_name, list(paths), list(items), int(seconds))
+    return {"arm": arm, "confirm": confirm}
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "aicluster_network_parse_interfaces": parse_interfaces,
+            "aicluster_network_parse_management": parse_management,
+            "aicluster_network_renderer": renderer,
+            "aicluster_network_files": render_files,
+            "aicluster_network_apply_commands": lambda items, r: apply_commands(r, items),
+            "aicluster_network_touches": touches,
+            "aicluster_network_refusal": _refusal,
+            "aicluster_network_missing_nics": missing_nics,
+            "aicluster_network_rollback": _rollback,
+        }

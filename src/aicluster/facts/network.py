@@ -1,0 +1,104 @@
+"""What a node has of Ethernet: its interfaces (name, MAC, MTU, state, speed, kind)
+and which one holds the address the deploy connects through (the management NIC).
+
+Both read ``/sys/class/net`` and ``ip`` only; a machine without ``ip`` reads as
+"none" (no management interface known), never as an error. The Ansible role runs the
+very same shell (:data:`INTERFACES_COMMAND`) and parses it with the same
+:func:`parse_interfaces` through its filter plugin.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase
+
+#: One line per interface: name, MAC, MTU, operstate, speed (Mb/s, "-" unknown), the
+#: ARPHRD type (1 Ethernet, 32 InfiniBand, 772 loopback), and its kind ("bond",
+#: "bridge", "vlan", "virtual" for software devices, "-" for hardware).
+INTERFACES_COMMAND = (
+    "for d in /sys/class/net/*; do [ -e \"$d/address\" ] || continue; n=${d##*/}; "
+    "k=-; [ -d \"$d/bonding\" ] && k=bond; [ -d \"$d/bridge\" ] && k=bridge; "
+    "[ -e /proc/net/vlan/$n ] && k=vlan; "
+    "[ \"$k\" = - ] && [ ! -e \"$d/device\" ] && k=virtual; "
+    "s=$(cat \"$d/speed\" 2>/dev/null) || s=-; [ -n \"$s\" ] || s=-; "
+    "echo \"$n $(cat \"$d/address\") $(cat \"$d/mtu\") $(cat \"$d/operstate\") $s "
+    "$(cat \"$d/type\") $k\"; done 2>/dev/null; true"
+)
+
+
+def parse_interfaces(lines) -> list[dict]:
+    """``[{name, mac, mtu, state, speed_mbps, type, kind}]`` from
+    :data:`INTERFACES_COMMAND`'s output (lines it cannot read are skipped)."""
+    out = []
+    for line in lines:
+        parts = str(line).split()
+        if len(parts) != 7:
+            continue
+        name, mac, mtu, state, speed, kind_type, kind = parts
+        try:
+            speed_mbps = int(speed)
+        except ValueError:
+            speed_mbps = None
+        out.append(
+            {
+                "name": name,
+                "mac": mac.lower(),
+                "mtu": int(mtu) if mtu.isdigit() else None,
+                "state": state,
+                "speed_mbps": speed_mbps if speed_mbps and speed_mbps > 0 else None,
+                "type": {"1": "ether", "32": "infiniband", "772": "loopback"}.get(
+                    kind_type, kind_type
+                ),
+                "kind": None if kind == "-" else kind,
+            }
+        )
+    return out
+
+
+class NetworkInterfaces(FactBase):
+    """The node's network interfaces, as :func:`parse_interfaces` describes them."""
+
+    def command(self) -> str:
+        return INTERFACES_COMMAND
+
+    def process(self, output) -> list[dict]:
+        return parse_interfaces(output)
+
+    default = list
+
+
+def management_command(address: str) -> str:
+    """The interface that holds ``address`` (the one the deploy connects to), with
+    its MAC: ``NAME MAC``; nothing when no interface holds it."""
+    q = shlex.quote(address)
+    return (
+        f"ip -o addr show 2>/dev/null | awk -v a={q} "
+        "'{split($4, p, \"/\"); if (p[1] == a) print $2}' | head -n 1 | "
+        "while read -r n; do n=${n%%@*}; "
+        "echo \"$n $(cat /sys/class/net/$n/address 2>/dev/null || echo -)\"; done"
+    )
+
+
+def parse_management(lines) -> dict | None:
+    """``{name, mac}`` of the management interface, or None when unknown."""
+    for line in lines:
+        parts = str(line).split()
+        if len(parts) == 2:
+            return {"name": parts[0], "mac": None if parts[1] == "-" else parts[1].lower()}
+    return None
+
+
+class ManagementInterface(FactBase):
+    """The interface holding the address the deploy connects through, or None."""
+
+    requires_command = "ip"
+
+    def command(self, address: str) -> str:
+        return management_command(address)
+
+    def process(self, output) -> dict | None:
+        return parse_management(output)
+
+    def default(self):
+        return None

@@ -1,0 +1,697 @@
+"""The nvidia deploy planned on fake hosts: 8x H100 SXM with NVSwitches on Ubuntu 22.04,
+24.04, Debian 12 and Rocky 9; the same driver already installed and loaded (no
+change); a version bump (drain, install, reboot, verify, resume in that order, a
+batch at a time); a node without an NVIDIA GPU and a node with a stand-in GPU
+(nothing); the inventory declaring 8 GPUs where the node shows 4 (this host stops);
+InfiniBand present and absent.
+
+Fake hosts: no host is contacted; what a node shows comes from the output of the
+fact's command, written here as a node would print it (tests/deploys/harness.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+
+import pytest
+from pyinfra import host
+
+from aicluster.deploys import current_cluster, nvidia
+from aicluster.facts.nvidia import parse, turing_or_newer
+from aicluster.inventory import InventoryError, validate
+from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS
+from tests.deploys.harness import plan
+
+#: A site's mirror of NVIDIA's CUDA repository (aicluster names no package host).
+MIRROR = "https://mirror.example.org/nvidia/cuda/repos"
+
+H100 = {"model": "H100-SXM5-80GB", "count": 8, "memory_gb": 80, "nvswitch": True}
+IB = [{"device": f"mlx5_{i}", "rate_gbps": 400} for i in range(4)]
+HOSTS = [
+    ("head", {"ssh_hostname": "10.10.0.10"}),
+    *[
+        (f"gpu{n}", {"ssh_hostname": f"10.10.0.{20 + n}",
+                     "hardware": {"cpus": 112, "memory_gb": 2048, "gpus": H100}})
+        for n in (1, 2, 3)
+    ],
+]
+GROUPS = {"gpu_nodes": ["gpu1", "gpu2", "gpu3"]}
+GPUS = ("gpu1", "gpu2", "gpu3")
+VERSION = "570.133.20"
+OLD = "570.124.06"
+H100_DEVICE = "0x2330"
+DIRECTORIES = {"/etc/apt/keyrings", "/etc/apt/sources.list.d", "/etc/apt/preferences.d",
+               "/etc/apt/apt.conf.d", "/usr/local/sbin", "/etc/yum.repos.d",
+               "/etc/modules-load.d"}
+
+
+def node_output(gpus=8, device=H100_DEVICE, nvswitches=4, loaded="", open_modules=True,
+                rdma=(), held=True, runtimes=(), packages=("nvidia-open-570",)):
+    """What the fact's command prints on a node (see aicluster.facts.nvidia)."""
+    lines = [f"pci=0000:{0x18 + i:02x}:00.0 0x030200 {device}" for i in range(gpus)]
+    lines += [f"pci=0000:{0x80 + i:02x}:00.0 0x068000 0x22a3" for i in range(nvswitches)]
+    if loaded:
+        lines += [
+            f"smi={i}, NVIDIA H100 80GB HBM3, 81559, {loaded}, Enabled, "
+            f"00000000:{0x18 + i:02X}:00.0"
+            for i in range(gpus)
+        ]
+        lines += [f"loaded={loaded}", f"installed={loaded}",
+                  "license=Dual MIT/GPL" if open_modules else "license=NVIDIA"]
+        lines += [f"pkg={p}" for p in packages]
+        if held:
+            lines += [f"held={p}" for p in packages]
+    lines += [f"rdma={d}" for d in rdma]
+    lines += [f"runtime={r}" for r in runtimes]
+    return lines
+
+
+def _deploy():
+    """What deploy.py does for the nvidia component: only on the hosts that ask for it."""
+    if "nvidia" in current_cluster().hosts[host.name].components():
+        nvidia.deploy()
+
+
+def _existing(files: dict[str, str]):
+    def file_fact(path, **kw):
+        if path not in files:
+            return None
+        return {"mode": 755 if path == nvidia.DRIVER_SCRIPT else 644, "user": "root",
+                "group": "root"}
+
+    def sha1_fact(path, **kw):
+        return hashlib.sha1(files[path].encode()).hexdigest() if path in files else None
+
+    def directory_fact(path, **kw):
+        if path not in DIRECTORIES:
+            return None
+        return {"mode": 755, "user": "root", "group": "root"}
+
+    return {"File": file_fact, "Sha1File": sha1_fact, "Directory": directory_fact}
+
+
+def _plan(distro="ubuntu2204", extra=None, nodes=None, facts=None, hosts=None, groups=None):
+    data = {**CLUSTER, "nvidia_driver_version": VERSION, "nvidia_cuda_repo_url": MIRROR,
+            **(extra or {})}
+    data.pop("package_cache", None)
+    if "head" not in [h[0] for h in (hosts or HOSTS)]:
+        data.pop("base_chrony_server_host", None)
+    hosts = copy.deepcopy(hosts or HOSTS)
+    host_facts = {}
+    for name, _ in hosts:
+        host_facts[name] = {
+            "LinuxDistribution": DISTRIBUTIONS[distro],
+            "Arch": "x86_64",
+            "NvidiaNode": parse((nodes or {}).get(name, node_output())),
+            **(facts or {}).get(name, {}),
+        }
+    return plan(hosts, groups or GROUPS, data, host_facts, _deploy)
+
+
+def _deployed(distro="ubuntu2204", version=VERSION, extra=None, **output):
+    """Facts of nodes that run ``version`` with everything the deploy writes now."""
+    fresh = _plan(distro, extra={"nvidia_driver_version": version, **(extra or {})})
+    debian = distro != "rocky9"
+    packages = {"datacenter-gpu-manager": ["1:3.3.9"], "nvidia-container-toolkit": ["1.17.4-1"],
+                "nvidia-fabricmanager-570": [f"{version}-1"],
+                "nvidia-fabric-manager": [f"{version}-1"],
+                "python3-dnf-plugin-versionlock": ["4.3.0-16.el9"]}
+    paths = [nvidia.DRIVER_SCRIPT,
+             "/etc/apt/sources.list.d/aicluster-nvidia-cuda.list" if debian
+             else "/etc/yum.repos.d/aicluster-nvidia-cuda.repo"]
+    if debian:
+        paths += [nvidia.APT_PIN, nvidia.UNATTENDED]
+    facts, nodes = {}, {}
+    for name in GPUS:
+        files = {p: fresh.upload(name, p) for p in paths}
+        files["/etc/apt/keyrings/aicluster-nvidia-cuda.asc"] = "key"
+        if nvidia.PEERMEM_CONF in fresh.commands(name):
+            files[nvidia.PEERMEM_CONF] = fresh.upload(name, nvidia.PEERMEM_CONF)
+        units = {f"{s}.service": True for s in
+                 ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm")}
+        facts[name] = {
+            "DebPackages" if debian else "RpmPackages": packages,
+            "SystemdStatus": units,
+            "SystemdEnabled": units,
+            **_existing(files),
+        }
+        nodes[name] = node_output(loaded=version, **output)
+    return facts, nodes
+
+
+# --- 8x H100 SXM with NVSwitch, first install ------------------------------------------
+
+
+@pytest.mark.parametrize("distro", ["ubuntu2204", "ubuntu2404", "debian12"])
+def test_h100_nvswitch_first_install_debian_family(distro):
+    p = _plan(distro)
+    repo = {"ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404", "debian12": "debian12"}
+    source = p.upload("gpu1", "/etc/apt/sources.list.d/aicluster-nvidia-cuda.list")
+    assert (
+        "deb [signed-by=/etc/apt/keyrings/aicluster-nvidia-cuda.asc] "
+        f"https://mirror.example.org/nvidia/cuda/repos/{repo[distro]}/x86_64/ /\n"
+    ) in source
+    key = p.op("gpu1", "NVIDIA CUDA repository key").text
+    assert f"/repos/{repo[distro]}/x86_64/3bf863cc.pub" in key
+    # The driver's packages pinned at the exact version (apt pin, priority 1001).
+    pin = p.upload("gpu1", nvidia.APT_PIN)
+    assert "Pin: version /^([0-9]+:)?570\\.133\\.20[.-]/\nPin-Priority: 1001\n" in pin
+    assert "Package: nvidia-* libnvidia-* cuda-drivers*" in pin
+    # Kept out of unattended upgrades.
+    assert '    "nvidia-";\n    "libnvidia-";\n' in p.upload("gpu1", nvidia.UNATTENDED)
+    # The open kernel modules (Hopper), Fabric Manager at the driver's version, holds.
+    install = p.op("gpu1", f"Install NVIDIA driver {VERSION} (open modules), reboot, verify")
+    assert (
+        f"{nvidia.DRIVER_SCRIPT} install --fabric-manager nvidia-fabricmanager-570 "
+        "'nvidia-open-570'"
+    ) in install.text
+    script = p.upload("gpu1", nvidia.DRIVER_SCRIPT)
+    assert 'want="570.133.20"' in script
+    assert "gpus=8\n" in script
+    assert "apt-mark hold $pkgs" in script
+    assert 'Fabric Manager ${fm:-(none)} is installed and the driver is $v' in script
+    assert "install datacenter-gpu-manager nvidia-container-toolkit" in p.op(
+        "gpu1", "Install datacenter-gpu-manager, nvidia-container-toolkit").text
+    for service in ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"):
+        op = p.op("gpu1", f"{service} running and enabled")
+        assert f"systemctl enable {service}.service" in op.text
+    # The new repository's index is read before anything is installed from it.
+    names = p.names("gpu1")
+    update = names.index("Read the CUDA repository's index (it was just added or changed)")
+    assert update < names.index(install.name)
+    assert p.op("gpu1", names[update]).conditional
+
+
+def test_h100_nvswitch_first_install_rocky9():
+    p = _plan("rocky9")
+    repo = p.upload("gpu1", "/etc/yum.repos.d/aicluster-nvidia-cuda.repo")
+    base = "https://mirror.example.org/nvidia/cuda/repos/rhel9/x86_64"
+    assert f"baseurl={base}\n" in repo
+    assert "gpgcheck=1\n" in repo
+    assert f"gpgkey={base}/D42D0685.pub\n" in repo
+    assert nvidia.APT_PIN not in p.commands("gpu1")
+    names = p.names("gpu1")
+    # dnf's versionlock plugin comes before the driver, which is held with it.
+    lock = names.index("Install python3-dnf-plugin-versionlock")
+    install_name = f"Install NVIDIA driver {VERSION} (open modules), reboot, verify"
+    assert lock < names.index(install_name)
+    install = p.op("gpu1", install_name).text
+    assert (
+        f"{nvidia.DRIVER_SCRIPT} install --module nvidia-driver:570-open --fabric-manager "
+        "nvidia-fabric-manager 'nvidia-driver-570.133.20*' 'nvidia-driver-cuda-570.133.20*' "
+        "'nvidia-persistenced-570.133.20*' 'kmod-nvidia-open-dkms-570.133.20*'"
+    ) in install
+    script = p.upload("gpu1", nvidia.DRIVER_SCRIPT)
+    assert "dnf -y versionlock add $pkgs" in script
+    # Fabric Manager exactly at the driver's version: name-version*.
+    assert 'dnf install -y --allowerasing "$1-$v*"' in script
+    assert "dnf install -y datacenter-gpu-manager nvidia-container-toolkit" in p.commands("gpu1")
+    assert "systemctl enable nvidia-fabricmanager.service" in p.commands("gpu1")
+
+
+def test_first_install_reboots_and_verifies_in_order():
+    p = _plan()
+    op = p.op("gpu1", f"Install NVIDIA driver {VERSION} (open modules), reboot, verify")
+    text = op.text
+    install = text.index(f"{nvidia.DRIVER_SCRIPT} install")
+    reboot = text.index("reboot ) </dev/null")
+    verify = text.index(f"{nvidia.DRIVER_SCRIPT} verify")
+    assert install < reboot < text.index("wait_and_reconnect") < verify
+    # Nothing ran here before: nothing to drain.
+    assert "drain" not in text
+
+
+def test_branch_only_pins_the_branch():
+    p = _plan(extra={"nvidia_driver_version": None, "nvidia_driver_branch": "575"})
+    assert "Pin: version /^([0-9]+:)?575[.-]/\n" in p.upload("gpu1", nvidia.APT_PIN)
+    assert "'nvidia-open-575'" in p.commands("gpu1")
+    assert 'want="575"' in p.upload("gpu1", nvidia.DRIVER_SCRIPT)
+    rocky = _plan("rocky9", extra={"nvidia_driver_version": None})
+    assert "--module nvidia-driver:570-open --fabric-manager nvidia-fabric-manager " \
+           "'nvidia-driver' 'nvidia-driver-cuda'" in rocky.commands("gpu1")
+
+
+def test_cuda_toolkit_at_its_pinned_version():
+    p = _plan(extra={"nvidia_cuda_version": "12.8"})
+    assert "cuda-toolkit-12-8" in p.op(
+        "gpu1", "Install datacenter-gpu-manager, nvidia-container-toolkit, cuda-toolkit-12-8"
+    ).text
+
+
+def test_proprietary_modules_before_turing_and_when_asked():
+    volta = {n: node_output(device="0x1db1", nvswitches=0) for n in GPUS}
+    p = _plan(nodes=volta)
+    assert "'cuda-drivers-570'" in p.commands("gpu1")
+    assert "(proprietary modules)" in " ".join(p.names("gpu1"))
+    asked = _plan(extra={"nvidia_open_kernel_modules": False})
+    assert "'cuda-drivers-570'" in asked.commands("gpu1")
+    rocky = _plan("rocky9", extra={"nvidia_open_kernel_modules": False})
+    assert "--module nvidia-driver:570-dkms" in rocky.commands("gpu1")
+    assert "kmod-nvidia-latest-dkms" in rocky.commands("gpu1")
+
+
+def test_blackwell_refuses_proprietary_modules():
+    b200 = {n: node_output(device="0x2901") for n in GPUS}
+    p = _plan(nodes=b200, extra={"nvidia_open_kernel_modules": False})
+    op = p.ops["gpu1"][0]
+    assert op.name.startswith("Stop: nvidia: host 'gpu1': nvidia_open_kernel_modules")
+    assert "Blackwell" in op.text
+
+
+def test_open_modules_by_generation():
+    assert turing_or_newer(["0x2330"]) is True       # H100 SXM
+    assert turing_or_newer(["0x1e04"]) is True       # TU102: Turing
+    assert turing_or_newer(["0x1db1"]) is False      # V100: Volta
+    assert turing_or_newer(["0x2330", "0x1db1"]) is False
+    assert turing_or_newer([], "H100-SXM5-80GB") is True
+    assert turing_or_newer([], "V100") is None
+
+
+def test_distribution_packages_on_ubuntu_and_none_on_rocky():
+    p = _plan("ubuntu2404", extra={"nvidia_source": "distribution", "nvidia_driver_version": None})
+    assert "'nvidia-driver-570-server-open' 'nvidia-utils-570-server'" in p.commands("gpu1")
+    assert "aicluster-nvidia-cuda" not in p.commands("gpu1")
+    rocky = _plan("rocky9", extra={"nvidia_source": "distribution"})
+    assert "ships no NVIDIA driver packages" in rocky.ops["gpu1"][0].name
+    # Debian's own packages have no Fabric Manager: an NVSwitch node stops.
+    debian = _plan("debian12", extra={"nvidia_source": "distribution"})
+    assert "have no Fabric Manager" in debian.ops["gpu1"][0].text
+
+
+# --- the same driver already there: nothing changes ---------------------------------------
+
+
+@pytest.mark.parametrize("distro", ["ubuntu2204", "rocky9"])
+def test_same_driver_installed_and_loaded_changes_nothing(distro):
+    facts, nodes = _deployed(distro)
+    p = _plan(distro, nodes=nodes, facts=facts)
+    for name in GPUS:
+        assert not p.changing(name), p.changing(name)
+        assert f"{name}: NVIDIA driver {VERSION} (open modules) installed and loaded" in p.names(
+            name)
+        assert not any(n.startswith(("Change NVIDIA", "Install NVIDIA")) for n in p.names(name))
+
+
+def test_holds_restored_when_an_admin_released_them():
+    facts, nodes = _deployed(held=False)
+    p = _plan(nodes=nodes, facts=facts)
+    op = p.op("gpu1", f"Hold the NVIDIA driver's packages at {VERSION} (nvidia-open-570)")
+    assert op.text == f"{nvidia.DRIVER_SCRIPT} hold"
+
+
+# --- a version bump: drain, install, reboot, verify, resume ---------------------------
+
+
+def test_version_bump_drains_installs_reboots_verifies_resumes_in_order():
+    facts, nodes = _deployed(version=OLD)
+    p = _plan(nodes=nodes, facts=facts, extra={"nvidia_upgrade_batch_size": 2})
+    name = (
+        f"Change NVIDIA driver {OLD} to {VERSION} (drain, install, reboot, verify, resume; "
+        "2 node(s) at a time)"
+    )
+    for node in GPUS:
+        op = p.op(node, name)
+        text = op.text
+        steps = [
+            text.index("FunctionCommand(_guard"),
+            text.index(f"{nvidia.DRIVER_SCRIPT} drain"),
+            text.index(f"{nvidia.DRIVER_SCRIPT} install --fabric-manager"),
+            text.index("reboot ) </dev/null"),
+            text.index("wait_and_reconnect"),
+            text.index(f"{nvidia.DRIVER_SCRIPT} verify"),
+            text.index(f"{nvidia.DRIVER_SCRIPT} resume"),
+            text.index("FunctionCommand(_finished"),
+        ]
+        assert steps == sorted(steps), text
+        # The new pin and installer are in place before the change starts.
+        assert "570\\.133\\.20" in p.upload(node, nvidia.APT_PIN)
+        assert p.op(node, "NVIDIA driver installer (install, hold, drain, verify, resume)"
+                    ).index < op.index
+    # One batch of nodes at a time (pyinfra's _parallel on the one operation).
+    from pyinfra.context import ctx_state  # noqa: F401  (the plan's state is gone; the
+    # operation's arguments are checked through the deploy's own call below)
+    assert p.op("gpu1", name).index == p.op("gpu3", name).index
+
+
+def test_version_bump_batches_one_node_by_default(monkeypatch):
+    calls = []
+    real = nvidia.driver_change
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    facts, nodes = _deployed(version=OLD)
+    monkeypatch.setattr(nvidia, "driver_change", spy)
+    _plan(nodes=nodes, facts=facts)
+    assert [c["_parallel"] for c in calls] == [1, 1, 1]
+    assert all(c["drain"] for c in calls)
+
+
+def test_drain_never_lifts_an_administrators_drain():
+    script = _plan().upload("gpu1", nvidia.DRIVER_SCRIPT)
+    assert 'reason="aicluster: NVIDIA driver 570.133.20"' in script
+    assert 'echo "$node: drained by an administrator; it stays drained"' in script
+    assert 'scontrol update NodeName="$node" State=DRAIN Reason="$reason"' in script
+    # Resume only where the drain made here is still the reason.
+    resume = script[script.index("resume() {"):]
+    assert '*"Reason=$reason"*|*"Reason=Node unexpectedly rebooted"*)' in resume
+    assert "drained for another reason meanwhile; it stays drained" in resume
+    verify = script[script.index("verify() {"):script.index("resume() {")]
+    assert "the node stays drained" in verify
+    assert 'if [ "$count" -ne "$gpus" ]' in verify
+
+
+def test_k3s_nodes_are_cordoned_on_a_server(monkeypatch):
+    calls = []
+    real = nvidia.driver_change
+    facts, nodes = _deployed(version=OLD)
+    monkeypatch.setattr(nvidia, "driver_change",
+                        lambda *a, **kw: (calls.append(kw), real(*a, **kw))[1])
+    hosts = [*HOSTS]
+    _plan(nodes=nodes, facts=facts, hosts=hosts,
+          groups={**GROUPS, "k3s_servers": ["head"], "k3s_agents": list(GPUS)})
+    assert {c["k3s_server"] for c in calls} == {"head"}
+    cordon = calls[0]["k3s_cordon"]
+    assert "k3s kubectl cordon gpu1" in cordon
+    assert "cordoned by an administrator; it stays cordoned" in cordon
+    assert "k3s kubectl uncordon gpu1" in calls[0]["k3s_uncordon"]
+
+
+def test_loaded_driver_differs_from_installed_one_reboots_through_the_drain():
+    facts, nodes = _deployed()
+    nodes = {n: [line.replace(f"loaded={VERSION}", f"loaded={OLD}") for line in out]
+             for n, out in nodes.items()}
+    p = _plan(nodes=nodes, facts=facts)
+    assert any(n.startswith(f"Change NVIDIA driver {VERSION} to {VERSION}") for n in
+               p.names("gpu1"))
+
+
+# --- no GPU, stand-in GPU, wrong count ---------------------------------------------------
+
+
+def test_node_without_nvidia_gpu_gets_nothing_and_says_why():
+    hosts = [("cpu1", {"ssh_hostname": "10.10.0.31"})]
+    p = _plan(hosts=hosts, groups={"gpu_nodes": []}, nodes={"cpu1": node_output(gpus=0)})
+    assert p.ops["cpu1"] == []  # not in gpu_nodes: the component does not run there
+    decision = nvidia.decide(
+        {**nvidia.layered("nvidia", {}), "nvidia_gpu_vendor": "nvidia",
+         "nvidia_expected_gpus": 0, "nvidia_gpu_model": ""},
+        parse(node_output(gpus=0, nvswitches=0)), "cpu1", "debian")
+    assert decision["action"] == "skip"
+    assert decision["message"] == (
+        "cpu1: skipped: no NVIDIA GPU on the PCI bus or in the inventory")
+
+
+def test_standin_gpu_gets_nothing_and_says_why():
+    standin = {"model": "standin", "count": 1, "vendor": "standin"}
+    hosts = [("node1", {"ssh_hostname": "10.10.0.51", "hardware": {"gpus": standin}})]
+    p = _plan("debian12", hosts=hosts, groups={"gpu_nodes": ["node1"]},
+              nodes={"node1": node_output(gpus=0, nvswitches=0)})
+    (op,) = p.ops["node1"]
+    assert op.name == (
+        "node1: skipped: hardware.gpus declares a stand-in (1 x 'standin', vendor 'standin'), "
+        "not an NVIDIA GPU; NVIDIA GPUs on the PCI bus: 0; nothing installed"
+    )
+    assert not p.changing("node1")
+
+
+def test_inventory_says_8_gpus_node_shows_4_stops_that_host():
+    nodes = {"gpu1": node_output(gpus=4), "gpu2": node_output(), "gpu3": node_output()}
+    p = _plan(nodes=nodes)
+    (op,) = p.ops["gpu1"]
+    message = (
+        "nvidia: host 'gpu1': hardware.gpus: the inventory declares 8 x H100-SXM5-80GB, the "
+        "node shows 4 NVIDIA GPU(s) on its PCI bus (10de:2330 at 0000:18:00.0, 10de:2330 at "
+        "0000:19:00.0, 10de:2330 at 0000:1a:00.0, 10de:2330 at 0000:1b:00.0); correct "
+        "hardware.gpus.count or the node before deploying it"
+    )
+    assert op.name == f"Stop: {message}"
+    assert message in op.text  # the host fails with the message; the others go on
+    assert any(n.startswith("Install NVIDIA driver") for n in p.names("gpu2"))
+
+
+def test_gpu_lost_after_boot_stops_that_host():
+    facts, nodes = _deployed()
+    nodes["gpu2"] = [line for line in nodes["gpu2"] if not line.startswith("smi=7,")]
+    p = _plan(nodes=nodes, facts=facts)
+    assert "nvidia-smi sees 7" in p.ops["gpu2"][0].name
+    assert not p.changing("gpu1")
+
+
+# --- InfiniBand present and absent -------------------------------------------------------
+
+
+def test_infiniband_present_loads_nvidia_peermem():
+    rdma = {n: node_output(rdma=("mlx5_0", "mlx5_1")) for n in GPUS}
+    p = _plan(nodes=rdma)
+    assert p.upload("gpu1", nvidia.PEERMEM_CONF).endswith("\nnvidia-peermem\n")
+    # On a first install the module loads at the reboot.
+    assert "nvidia-peermem loads at the reboot" in p.names("gpu1")
+    # Declared in the inventory (hardware.ib_ports) counts too; the running node loads it.
+    hosts = [(n, {**d, "hardware": {**d.get("hardware", {}), "ib_ports": IB}})
+             for n, d in HOSTS]
+    facts, nodes = _deployed()
+    again = _plan(nodes=nodes, facts=facts, hosts=hosts)
+    assert "modprobe -a nvidia-peermem" in again.op("gpu1", "Load nvidia-peermem").text
+
+
+def test_infiniband_absent_no_nvidia_peermem():
+    p = _plan()
+    op = p.op("gpu1", "No nvidia-peermem (no RDMA device here)")
+    assert "modprobe" not in p.commands("gpu1")
+    assert not op.commands  # no file there to remove
+
+
+def test_peermem_can_be_turned_off():
+    rdma = {n: node_output(rdma=("mlx5_0",)) for n in GPUS}
+    p = _plan(nodes=rdma, extra={"nvidia_peermem": False})
+    assert nvidia.PEERMEM_CONF not in [c.split("\n")[0][7:] for c in p.commands("gpu1").split(
+        "upload ")]
+    assert "Load nvidia-peermem at boot (RDMA devices here)" not in p.names("gpu1")
+
+
+# --- container runtimes ------------------------------------------------------------------
+
+
+def test_container_toolkit_configures_the_runtimes_present():
+    facts, nodes = _deployed(runtimes=("containerd", "docker"))
+    p = _plan(nodes=nodes, facts=facts)
+    text = p.op("gpu1", "Configure containerd for NVIDIA GPUs (nvidia-container-toolkit)").text
+    assert text == "nvidia-ctk runtime configure --runtime=containerd\nsystemctl restart containerd"
+    assert "Configure docker for NVIDIA GPUs (nvidia-container-toolkit)" in p.names("gpu1")
+    configured = {n: [*out, "runtime_nvidia=containerd", "runtime_nvidia=docker"]
+                  for n, out in nodes.items()}
+    assert not _plan(nodes=configured, facts=facts).changing("gpu1")
+
+
+# --- the fact's parser and the inventory checks ------------------------------------------
+
+
+def test_fact_parses_a_bare_node_as_none():
+    empty = parse([])
+    assert empty["pci_gpus"] == [] and empty["smi"] == [] and empty["loaded"] == ""
+    assert parse(["smi_error=NVIDIA-SMI has failed because it couldn't communicate with the "
+                  "NVIDIA driver."])["smi"] == []
+
+
+def test_fact_parses_dnf_versionlock_entries():
+    node = parse(["installed=570.133.20", "pkg=nvidia-driver", "pkg=kmod-nvidia-open-dkms",
+                  "held=nvidia-driver-3:570.133.20-1.el9.*"])
+    assert node["unheld"] == ["kmod-nvidia-open-dkms"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"nvidia_driver_branch": 570}, "nvidia_driver_branch: 570 is not a driver branch"),
+        ({"nvidia_driver_version": "575.51.03"},
+         "nvidia_driver_version: 575.51.03 is not of nvidia_driver_branch 570"),
+        ({"nvidia_driver_version": "latest"}, "nvidia_driver_version: 'latest' is not a version"),
+        ({"nvidia_source": "ppa"}, "nvidia_source: 'ppa' is not 'cuda_repo' or 'distribution'"),
+        ({"nvidia_open_kernel_modules": "yes"},
+         "nvidia_open_kernel_modules: 'yes' is not 'auto', true or false"),
+        ({"nvidia_cuda_version": "12"}, "nvidia_cuda_version: '12' is not a CUDA version"),
+        ({"nvidia_upgrade_batch_size": 0},
+         "nvidia_upgrade_batch_size: 0 is not an integer >= 1"),
+        ({"nvidia_dcgm": "no"}, "nvidia_dcgm: 'no' is not true or false"),
+        ({"nvidia_cuda_repo_url": ""},
+         "nvidia_cuda_repo_url: not set; with nvidia_source 'cuda_repo' give the URL"),
+        ({"nvidia_cuda_repo_url": "mirror/cuda"}, "nvidia_cuda_repo_url: 'mirror/cuda'; with"),
+    ],
+)
+def test_inventory_errors_name_host_and_field(data, message):
+    hosts = {
+        "gpu1": (("gpu_nodes",), {**CLUSTER, "package_cache": None, "ssh_hostname": "10.10.0.21",
+                                  "hardware": {"gpus": H100}, "nvidia_cuda_repo_url": MIRROR,
+                                  **data}),
+    }
+    with pytest.raises(InventoryError) as exc:
+        validate(hosts)
+    assert any(e.startswith(f"host 'gpu1': {message}") for e in exc.value.errors), exc.value.errors
+
+
+def test_gpu_vendor_is_nvidia_or_standin():
+    hosts = {
+        "gpu1": (("gpu_nodes",), {**CLUSTER, "package_cache": None, "ssh_hostname": "10.10.0.21",
+                                  "hardware": {"gpus": {**H100, "vendor": "amd"}}}),
+    }
+    with pytest.raises(InventoryError) as exc:
+        validate(hosts)
+    assert "host 'gpu1': hardware.gpus.vendor: Input should be 'nvidia' or 'standin' " \
+           "(got 'amd')" in exc.value.errors
+
+
+def test_one_batch_size_for_the_cluster():
+    def gpu(n, batch):
+        return ((("gpu_nodes",), {**CLUSTER, "package_cache": None,
+                                  "ssh_hostname": f"10.10.0.{20 + n}",
+                                  "hardware": {"gpus": H100},
+                                  "nvidia_upgrade_batch_size": batch}))
+
+    with pytest.raises(InventoryError) as exc:
+        validate({"gpu1": gpu(1, 2), "gpu2": gpu(2, 1)})
+    assert any(e.startswith("host 'gpu2': nvidia_upgrade_batch_size: 1 differs from 2 on host "
+                            "'gpu1'") for e in exc.value.errors), exc.value.errors
+
+
+# --- the Ansible role decides alike (its filter plugin calls decide()) -------------------
+
+
+def _ansible_role(tmp_path, hosts: dict[str, dict]) -> str:
+    """Run the nvidia role with Ansible on this machine (local connection) for hosts
+    whose node output is given: each host's vars are the lab inventory's gpu1's, with
+    the fact command replaced by one that prints that output. Returns the output."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from aicluster import PROJECT_ROOT, ROLES_DIR
+    from aicluster.inventory import ansible_inventory
+
+    lab = ansible_inventory(PROJECT_ROOT / "inventories" / "lab.py")["_meta"]["hostvars"]["gpu1"]
+    inventory = {}
+    for name, (lines, extra) in hosts.items():
+        hv = {k: v for k, v in lab.items() if not k.startswith("ansible_")}
+        hv.update(extra)
+        hv["nvidia_fact_command"] = "printf '%s\\n' " + " ".join(f"'{x}'" for x in lines)
+        hv["ansible_connection"] = "local"
+        hv["ansible_python_interpreter"] = sys.executable
+        inventory[name] = hv
+    (tmp_path / "inventory.json").write_text(json.dumps({"all": {"hosts": inventory}}))
+    (tmp_path / "play.yml").write_text(
+        "- hosts: all\n  gather_facts: true\n  gather_subset: [min]\n  tasks:\n"
+        "    - ansible.builtin.include_role:\n        name: nvidia\n"
+    )
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i",
+         str(tmp_path / "inventory.json"), str(tmp_path / "play.yml")],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+             "ANSIBLE_ROLES_PATH": str(ROLES_DIR), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")},
+    )
+    return proc.stdout + proc.stderr
+
+
+def test_ansible_role_stops_and_skips_with_the_same_messages(tmp_path):
+    standin = {"nvidia_gpu_vendor": "standin", "nvidia_expected_gpus": 1,
+               "nvidia_gpu_model": "standin"}
+    output = _ansible_role(tmp_path, {
+        "gpu1": (node_output(gpus=4), {}),
+        "node1": (node_output(gpus=0, nvswitches=0), standin),
+    })
+    stop = _plan(nodes={"gpu1": node_output(gpus=4)}).ops["gpu1"][0].name.removeprefix("Stop: ")
+    assert f'"msg": "{stop}"' in output, output
+    skip = ("node1: skipped: hardware.gpus declares a stand-in (1 x 'standin', vendor "
+            "'standin'), not an NVIDIA GPU; NVIDIA GPUs on the PCI bus: 0; nothing installed")
+    assert f'"msg": "{skip}"' in output, output
+    assert re.search(r"node1\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", output), output
+    assert re.search(r"gpu1\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", output), output
+
+
+class _FakeHost:
+    def __init__(self, name):
+        self.name = name
+        self.logged = []
+
+    def log_styled(self, message, **kw):
+        self.logged.append(message)
+
+
+class _FakeState:
+    def __init__(self, names):
+        hosts = [_FakeHost(n) for n in names]
+        self.hosts = {h.name: h for h in hosts}
+        self.inventory = type("Inventory", (), {"get_active_hosts": lambda _self: hosts})()
+
+
+def _steps(batch_size):
+    """The driver change's guard and finish callbacks, as pyinfra would run them."""
+    commands = list(nvidia.driver_change._inner(install_args="'nvidia-open-570'", drain=True,
+                                                batch_size=batch_size))
+    functions = {c.function.__name__: c.function for c in commands if hasattr(c, "function")}
+    return functions["_guard"], functions["_finished"]
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_a_batch_does_not_start_after_a_node_of_an_earlier_one_failed(batch_size):
+    guard, finished = _steps(batch_size)
+    state = _FakeState(["gpu1", "gpu2", "gpu3"])
+    gpu1, gpu2, gpu3 = (state.hosts[n] for n in ("gpu1", "gpu2", "gpu3"))
+    assert guard(state, gpu1) is True
+    # gpu1 fails (verification): it never reaches its end.
+    if batch_size == 2:
+        assert guard(state, gpu2) is True  # the same batch: it runs beside gpu1
+        finished(state, gpu2)
+    else:
+        assert guard(state, gpu2) is False
+        assert gpu2.logged == ["nvidia: not changing the driver here: gpu1 failed in an "
+                               "earlier batch (see above); nothing was drained here"]
+    assert guard(state, gpu3) is False
+
+
+def test_batches_go_on_when_every_node_of_the_earlier_ones_ended_well():
+    guard, finished = _steps(1)
+    state = _FakeState(["gpu1", "gpu2", "gpu3"])
+    for name in ("gpu1", "gpu2", "gpu3"):
+        assert guard(state, state.hosts[name]) is True
+        finished(state, state.hosts[name])
+
+
+# --- what the lab's GPU nodes get, kept as golden files ----------------------------------
+
+GOLDEN_FILES = {
+    "Debian": {
+        "aicluster-nvidia-driver": "aicluster-nvidia-driver.j2",
+        "aicluster-nvidia.pref": "aicluster-nvidia.pref.j2",
+        "51aicluster-nvidia": "aicluster-nvidia-unattended.conf.j2",
+        "aicluster-nvidia-cuda.list": "aicluster-nvidia-cuda.list.j2",
+        "aicluster-nvidia-peermem.conf": "aicluster-nvidia-peermem.conf.j2",
+    },
+    "RedHat": {
+        "aicluster-nvidia-driver": "aicluster-nvidia-driver.j2",
+        "aicluster-nvidia-cuda.repo": "aicluster-nvidia-cuda.repo.j2",
+    },
+}
+
+
+@pytest.mark.parametrize("family", sorted(GOLDEN_FILES))
+def test_lab_gpu_node_files_match_golden_files(family):
+    """tests/fixtures/golden/nvidia/<family>/: what gpu1 of inventories/lab.py gets
+    (regenerate with AICLUSTER_UPDATE_GOLDEN=1 and review the diff)."""
+    from aicluster import PROJECT_ROOT
+    from aicluster.deploys import template_vars
+    from aicluster.inventory import load_cluster
+    from aicluster.render import render
+    from tests.golden import GOLDEN_DIR, assert_golden
+
+    cluster = load_cluster(PROJECT_ROOT / "inventories" / "lab.py")
+    v = template_vars("nvidia", cluster, "gpu1", cluster.hosts["gpu1"].data, family)
+    v["nvidia_cuda_repo_distro"] = "ubuntu2204" if family == "Debian" else "rhel9"
+    v["nvidia_cuda_repo_arch"] = "x86_64"
+    for dest, template in GOLDEN_FILES[family].items():
+        assert_golden(GOLDEN_DIR / "nvidia" / family / dest, render("nvidia", template, v))

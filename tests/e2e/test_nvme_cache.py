@@ -1,0 +1,144 @@
+"""nvme_cache end to end, with each engine on its own fresh two-node testbed.
+
+STAND-IN drives: the testbed has no NVMe, so each node gets a loop device (a sparse
+file on the host) under a stable name, /dev/disk/by-id/aicluster-testbed-NODE-NAME
+(aicluster testbed disk add). One drive per node: md RAID cannot be built here (no md
+driver), so the RAID0 path is proven on fake hosts only (tests/deploys/test_nvme_cache.py).
+
+- node1's drive "held" holds an ext4 filesystem with a file (written from the host):
+  the deploy refuses node1, naming the drive and what is on it, changes nothing on
+  node1 (not even a package), and the file's checksum is the same afterwards;
+- node2's drive "cache" is empty: it becomes the XFS cache, mounted at /mnt/nvme-cache
+  by UUID with noatime,nofail, with its directories and environment;
+- a second deploy changes nothing (and refuses node1 again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from aicluster.deploys.nvme_cache import fs_uuid
+from aicluster.inventory import load_cluster
+from tests.e2e import conftest
+from tests.e2e.conftest import BIN, TESTBED_INVENTORY, ansible_changed, pyinfra_results, run
+
+HELD = "/dev/disk/by-id/aicluster-testbed-node1-held"
+CACHE = "/dev/disk/by-id/aicluster-testbed-node2-cache"
+PATH = "/mnt/nvme-cache"
+DEPLOY = Path(__file__).with_name("deploy_nvme_cache.py")
+
+
+def _host(*argv: str) -> str:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{argv}: {proc.stderr}"
+    return proc.stdout
+
+
+def _held_checksum(loop: str) -> str:
+    """sha256 of the file on the held drive, read on the host (mounted read-only)."""
+    with tempfile.TemporaryDirectory() as mnt:
+        _host("mount", "-o", "ro", loop, mnt)
+        try:
+            return hashlib.sha256(Path(mnt, "precious.bin").read_bytes()).hexdigest()
+        finally:
+            _host("umount", mnt)
+
+
+@pytest.fixture(scope="module", params=["pyinfra", "ansible"])
+def nvme_testbed(request):
+    """A fresh two-node testbed per engine, node1 with a drive holding data, node2 with
+    an empty one (STAND-IN loop devices)."""
+    if os.geteuid() != 0:
+        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
+    from aicluster import testbed as tb
+    from aicluster.testbed.core import disk_add
+
+    if tb.state.load_state():
+        tb.down()
+    try:
+        state = tb.up(nodes=2)
+        held = disk_add("node1", "held", "1G")
+        disk_add("node2", "cache", "1G")
+        print("STAND-IN drives: loop devices under /dev/disk/by-id/aicluster-testbed-*")
+        # Data on node1's drive, written from the host before any deploy.
+        _host("mkfs.ext4", "-q", "-L", "held", held["loop"])
+        with tempfile.TemporaryDirectory() as mnt:
+            _host("mount", held["loop"], mnt)
+            try:
+                Path(mnt, "precious.bin").write_bytes(os.urandom(1 << 20))
+            finally:
+                _host("umount", mnt)
+        yield request.param, conftest.Testbed(tb.state.load_state() or state), held
+    finally:
+        tb.down()
+
+
+def _deploy(engine: str) -> tuple[int, str, dict]:
+    if engine == "pyinfra":
+        proc = run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, DEPLOY], timeout=900, check=False)
+        output = proc.stdout + proc.stderr
+        return proc.returncode, output, pyinfra_results(output)
+    proc = run([BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml",
+                "--tags", "nvme_cache"], timeout=900, check=False)
+    output = proc.stdout + proc.stderr
+    return proc.returncode, output, ansible_changed(output)
+
+
+def _assert_node1_untouched(tb: conftest.Testbed, held: dict, checksum: str, output: str) -> None:
+    # Ansible's YAML output may fold a long message at spaces: compare words.
+    words = " ".join(output.split())
+    assert "nvme_cache:" in words and "node1" in words, output[-3000:]
+    assert f"{HELD} ({held['loop']}) holds ext4" in words, output[-3000:]
+    assert "set wipe: true on this device" in words
+    # Nothing was changed on node1: no package, no fstab line, nothing mounted.
+    assert tb.ssh("node1", "dpkg -s xfsprogs >/dev/null 2>&1 && echo yes || echo no").strip() \
+        == "no"
+    assert PATH not in tb.ssh("node1", "cat /etc/fstab")
+    assert tb.ssh("node1", f"findmnt -n {PATH} || true").strip() == ""
+    assert tb.ssh("node1", f"blkid -p -o value -s TYPE {HELD}").strip() == "ext4"
+    assert _held_checksum(held["loop"]) == checksum
+
+
+def _assert_cache(tb: conftest.Testbed) -> None:
+    uuid = fs_uuid(load_cluster(TESTBED_INVENTORY), "node2", [CACHE])
+    assert tb.ssh("node2", f"blkid -p -o value -s UUID {CACHE}").strip() == uuid
+    assert tb.ssh("node2", f"blkid -p -o value -s LABEL {CACHE}").strip() == "nvme-cache"
+    fstype, options = tb.ssh("node2", f"findmnt -n -o FSTYPE,OPTIONS {PATH}").split()
+    assert fstype == "xfs" and "noatime" in options.split(","), options
+    assert f"UUID={uuid} {PATH} xfs noatime,nofail 0 0\n" in tb.ssh("node2", "cat /etc/fstab")
+    assert tb.ssh("node2", f"stat -c '%U %a' {PATH}/ray {PATH}/huggingface").split() == [
+        "ray", "755", "root", "1777"
+    ]
+    assert tb.ssh("node2", "bash -lc 'echo $HF_HOME'").strip() == f"{PATH}/huggingface"
+    assert f"OLLAMA_MODELS={PATH}/ollama" in tb.ssh(
+        "node2", "systemctl show-environment")
+
+
+def test_a_drive_holding_data_is_refused_an_empty_one_becomes_the_cache(nvme_testbed):
+    engine, tb, held = nvme_testbed
+    checksum = _held_checksum(held["loop"])
+    print(f"{engine}: STAND-IN drive {HELD} holds ext4 with a file, sha256 {checksum}")
+
+    rc, output, first = _deploy(engine)
+    assert rc != 0, "node1 should have been refused"
+    if engine == "pyinfra":
+        assert first["changed"] > 0, first
+    else:
+        assert first.get("node2", 0) > 0, first
+        assert "node1" in output and "failed=1" in output
+    _assert_node1_untouched(tb, held, checksum, output)
+    _assert_cache(tb)
+
+    rc, output, second = _deploy(engine)
+    if engine == "pyinfra":
+        assert second["changed"] == 0 and second["errors"] == 0, second
+    else:
+        assert second.get("node2") == 0, second
+    _assert_node1_untouched(tb, held, checksum, output)
+    _assert_cache(tb)
