@@ -113,7 +113,9 @@ def assert_network(tb: Testbed, output: str = "") -> None:
 def assert_nvidia_skipped(tb: Testbed, output: str) -> None:
     """nvidia: the testbed's nodes declare a STAND-IN GPU and have no NVIDIA device, so
     the component skipped them, said why in the deploy's output, and wrote nothing."""
-    flat = " ".join(output.split())  # one line, however the output was wrapped
+    # One line, however the output was wrapped, and with Ansible's YAML quoting
+    # ('' inside a single-quoted string) read back as one quote.
+    flat = " ".join(output.split()).replace("''", "'")
     for node in tb.nodes:
         name = node["name"]
         why = f"{name}: skipped: hardware.gpus declares a stand-in (1 x 'standin'"
