@@ -109,6 +109,20 @@ def put_template(
     )
 
 
+def systemd_manager_conf(
+    component: str, template: str, dest: str, variables: Mapping[str, Any], *,
+    name: str, reload_name: str,
+):
+    """A drop-in for systemd's own manager (``/etc/systemd/system.conf.d``), rendered
+    from the component's template; the manager re-executes only when it changed."""
+    from pyinfra.operations import files, server
+
+    files.directory(name="systemd manager drop-in directory", path="/etc/systemd/system.conf.d")
+    conf = put_template(component, template, dest, variables, name=name)
+    server.shell(name=reload_name, commands=["systemctl daemon-reexec"], _if=conf.did_change)
+    return conf
+
+
 def install_packages(name: str, packages: list[str], family: str):
     """Install distribution packages (a pyinfra op), bounded in time and retries; on
     Debian and Ubuntu the apt index is refreshed when it is over an hour old."""

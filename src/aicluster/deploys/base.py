@@ -20,6 +20,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    systemd_manager_conf,
     template_vars,
 )
 from aicluster.inventory import Cluster
@@ -160,18 +161,9 @@ def deploy() -> None:
     put_template(
         "base", "90-aicluster-memlock.conf.j2", LIMITS_FILE, v, name="Memlock limit for logins"
     )
-    files.directory(name="systemd manager drop-in directory", path="/etc/systemd/system.conf.d")
-    limits = put_template(
-        "base",
-        "90-aicluster-limits.conf.j2",
-        SYSTEMD_LIMITS_FILE,
-        v,
-        name="Memlock limit for services",
-    )
-    server.shell(
-        name="Reload systemd's manager limits",
-        commands=["systemctl daemon-reexec"],
-        _if=limits.did_change,
+    systemd_manager_conf(
+        "base", "90-aicluster-limits.conf.j2", SYSTEMD_LIMITS_FILE, v,
+        name="Memlock limit for services", reload_name="Reload systemd's manager limits",
     )
 
     _admin_users(v)

@@ -33,6 +33,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    systemd_manager_conf,
     template_vars,
 )
 from aicluster.facts.storage import (
@@ -526,18 +527,9 @@ def _directories(v: dict[str, Any]) -> None:
         v,
         name="Cache locations for login shells",
     )
-    files.directory(name="systemd manager drop-in directory", path="/etc/systemd/system.conf.d")
-    env = put_template(
-        "nvme_cache",
-        "90-aicluster-nvme-cache.conf.j2",
-        SYSTEMD_ENV_FILE,
-        v,
-        name="Cache locations for services",
-    )
-    server.shell(
-        name="Reload systemd's manager environment",
-        commands=["systemctl daemon-reexec"],
-        _if=env.did_change,
+    systemd_manager_conf(
+        "nvme_cache", "90-aicluster-nvme-cache.conf.j2", SYSTEMD_ENV_FILE, v,
+        name="Cache locations for services", reload_name="Reload systemd's manager environment",
     )
 
 
