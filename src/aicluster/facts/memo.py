@@ -14,7 +14,12 @@ nothing on the host changes (they run afterwards), so
   names and their arguments, never their values), and the next run reads all of them
   in ONE command before preparing, with pyinfra's own fact classes parsing each part.
   A part that fails or is missing is simply read again the normal way.
+
+Both cover the reads made while operations are prepared (the deploys' own checks).
+Most reads of pyinfra's operations (a file's checksum, a package list) happen while
+each operation executes, after the ones before it ran; those are read afresh here.
 """
+
 
 from __future__ import annotations
 
