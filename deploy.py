@@ -9,12 +9,12 @@ not built yet are skipped.
 from pyinfra import host, logger
 
 from aicluster.deploys import component_module, current_cluster
-from aicluster.facts.memo import memoize_facts_while_preparing, prefetch_facts, save_reads
+from aicluster.facts.memo import memoize_facts, prefetch_facts, save_reads
 from aicluster.inventory import InventoryError
 
-# Each fact is read once per host while operations are prepared; the facts the last
+# Each fact is read once per host until something changes on a host; the facts the last
 # run read are fetched in one command first (aicluster.facts.memo).
-memoize_facts_while_preparing()
+memoize_facts()
 logger.debug("%s: %d facts prefetched", host.name, prefetch_facts(host))
 
 try:

@@ -1,5 +1,5 @@
-"""aicluster.deploys.memoize_facts_while_preparing: one read per fact and host while
-pyinfra prepares operations, a fresh read while they execute."""
+"""aicluster.facts.memo.memoize_facts: one read per fact and host until a command,
+an upload or a Python callback runs on any host; never memoised inside a callback."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def reads(monkeypatch):
         return {"path": (kwargs or {}).get("path"), "reads": len(calls)}
 
     monkeypatch.setattr(api_host, "get_fact", real)
-    deploys.memoize_facts_while_preparing()
+    deploys.memoize_facts()
     assert api_host.get_fact is not real
     return calls
 
@@ -54,16 +54,64 @@ def test_answers_are_copies(reads):
     assert api_host.get_fact(state, _host("a"), File, kwargs={"path": "/p"})["path"] == "/p"
 
 
-def test_reads_while_executing_are_always_fresh(reads):
-    state = SimpleNamespace(current_stage=StateStage.Execute)
+def test_reads_while_executing_are_answered_until_a_host_changes(reads):
+    from pyinfra.api.command import StringCommand
+
+    state, host = _local_state()
+    other = state.inventory.get_host("@local")  # any host: a change anywhere forgets all
+    api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+    state.set_stage(StateStage.Execute)
+    # Nothing ran since operations were prepared: the prepared answer still holds.
     for _ in range(3):
-        api_host.get_fact(state, _host("a"), File, kwargs={"path": "/p"})
-    assert len(reads) == 3
+        api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+    assert len(reads) == 1
+    assert other.run_shell_command(StringCommand("true"))[0]
+    api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+    api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+    assert len(reads) == 2  # read afresh once after the command, then remembered again
+
+
+def test_uploads_forget_too(reads, tmp_path):
+    state, host = _local_state()
+    state.set_stage(StateStage.Execute)
+    api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+    source = tmp_path / "src"
+    source.write_text("x")
+    assert host.put_file(str(source), str(tmp_path / "dst"))
+    api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+    assert len(reads) == 2
+
+
+def test_python_callbacks_always_read_afresh_and_forget(reads):
+    from pyinfra.api.command import FunctionCommand
+
+    state, host = _local_state()
+    state.set_stage(StateStage.Execute)
+    api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+
+    def poll():  # e.g. waiting for a node to come back: every read must be real
+        for _ in range(3):
+            api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+
+    FunctionCommand(poll, (), {}).execute(state, host, {})
+    assert len(reads) == 4
+    api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+    assert len(reads) == 5  # the callback may have changed the host: read afresh
+
+
+def test_prepare_never_forgets(reads):
+    from pyinfra.api.command import StringCommand
+
+    state, host = _local_state()
+    api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+    host.run_shell_command(StringCommand("true"))  # e.g. the prefetch's one command
+    api_host.get_fact(state, host, File, kwargs={"path": "/p"})
+    assert len(reads) == 1
 
 
 def test_installing_twice_wraps_once(reads):
     wrapped = api_host.get_fact
-    deploys.memoize_facts_while_preparing()
+    deploys.memoize_facts()
     assert api_host.get_fact is wrapped
 
 
@@ -88,7 +136,7 @@ def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatc
     from aicluster.facts import memo
 
     monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
-    memo.memoize_facts_while_preparing()
+    memo.memoize_facts()
     (tmp_path / "a.conf").write_text("x = 1\n")
     asks = [
         (File, {"path": str(tmp_path / "a.conf")}),

@@ -1,23 +1,26 @@
-"""Fewer round trips: each fact read once per host while pyinfra prepares operations,
+"""Fewer round trips: each fact read once per host until something on a host changes,
 and the reads of the previous run fetched in one command at the start.
 
-pyinfra 3 runs a fact's command every time an operation asks for it: every
-``files.put`` asks for its file, its checksum and its directory, every user and group
-operation for the OS. A no-op re-run of base + slurm + ray asked each node over 200
-times, one SSH command each, most of them repeats. While operations are being prepared
-nothing on the host changes (they run afterwards), so
+pyinfra 3 runs a fact's command every time an operation asks for it, and asks twice
+per operation: once while preparing (to say whether it will change) and once more
+while executing. Every ``files.put`` asks for its file, its checksum and its
+directory, every user and group operation for the OS. A no-op re-run of the whole
+stack asked each node several hundred times, one SSH command each, one operation at
+a time across all nodes, so each read waited for the slowest node. Yet a host only
+changes when a command runs on it, so
 
 * a repeated read is answered from memory (a copy, so no operation can alter
-  another's view); facts read while operations execute (``_if`` callbacks,
-  ``python.call``) are always read afresh;
+  another's view) while operations are prepared (nothing runs then) and, while they
+  execute, until any operation on any host runs a command, uploads a file or calls a
+  Python function. Then every host's memory is forgotten and facts are read afresh
+  (and remembered again until the next change). Facts read inside a Python callback
+  (``python.call``: drains, waits, polls) are never answered from memory;
 * which facts a host was asked for is remembered on the deploying machine (the fact
   names and their arguments, never their values), and the next run reads all of them
   in ONE command before preparing, with pyinfra's own fact classes parsing each part.
   A part that fails or is missing is simply read again the normal way.
 
-Both cover the reads made while operations are prepared (the deploys' own checks).
-Most reads of pyinfra's operations (a file's checksum, a package list) happen while
-each operation executes, after the ones before it ran; those are read afresh here.
+In a re-run that changes nothing, each host is asked once.
 """
 
 
@@ -117,29 +120,109 @@ def _remember(state, host, cls, args, kwargs) -> None:
         reads.append(entry)
 
 
-def memoize_facts_while_preparing() -> None:
-    """Install the memo in front of pyinfra's ``get_fact`` (once per process)."""
-    from pyinfra.api import host as api_host
+def _stage(state):
     from pyinfra.api.state import StateStage
+
+    stage = getattr(state, "current_stage", None)
+    if stage == StateStage.Prepare:
+        return "prepare"
+    if stage == StateStage.Execute:
+        return "execute"
+    return None
+
+
+def _current() -> Any:
+    import gevent
+
+    return gevent.getcurrent()
+
+
+def _forget(state) -> None:
+    """Something may have changed on a host: forget every host's answers (a command
+    on one host can change what another reports, e.g. a Slurm node's state)."""
+    if state is None or _stage(state) != "execute":
+        return
+    state.__dict__["aicluster_fact_memo"] = {}
+    state.__dict__["aicluster_fact_epoch"] = state.__dict__.get("aicluster_fact_epoch", 0) + 1
+
+
+_READING: set[Any] = set()  # greenlets reading a fact (their commands change nothing)
+# Python callbacks running now (pyinfra runs each in a greenlet of its own, and one
+# may read or change any host): while any runs, nothing is answered from memory.
+_FUNCTIONS = [0]
+
+
+def memoize_facts() -> None:
+    """Install the memo in front of pyinfra's ``get_fact``, and make every command,
+    upload and Python callback an operation runs forget it (once per process)."""
+    from pyinfra.api import host as api_host
+    from pyinfra.api.command import FunctionCommand
 
     real = api_host.get_fact
     if getattr(real, "aicluster_memo", False):
         return
 
     def get_fact(state, host, cls, args=None, kwargs=None, **rest):
+        me = _current()
         key = None
-        if state is not None and state.current_stage == StateStage.Prepare and not rest:
+        if state is not None and _stage(state) and not rest and not _FUNCTIONS[0]:
             key = fact_key(host, cls, args, kwargs)
         if key is None:
-            return real(state, host, cls, args=args, kwargs=kwargs, **rest)
+            _READING.add(me)
+            try:
+                return real(state, host, cls, args=args, kwargs=kwargs, **rest)
+            finally:
+                _READING.discard(me)
         memo = _memo(state, host.name)
         if key not in memo:
-            memo[key] = real(state, host, cls, args=args, kwargs=kwargs)
+            epoch = state.__dict__.get("aicluster_fact_epoch", 0)
+            _READING.add(me)
+            try:
+                value = real(state, host, cls, args=args, kwargs=kwargs)
+            finally:
+                _READING.discard(me)
+            if state.__dict__.get("aicluster_fact_epoch", 0) != epoch:
+                return value  # a change ran meanwhile: this answer may be stale already
+            memo = _memo(state, host.name)
+            memo[key] = value
         _remember(state, host, cls, args, kwargs)
         return copy.deepcopy(memo[key])
 
     get_fact.aicluster_memo = True  # type: ignore[attr-defined]
     api_host.get_fact = get_fact
+    if getattr(FunctionCommand.execute, "aicluster_memo", False):
+        return
+
+    def changing(method):
+        def wrapper(self, *args, **kwargs):
+            if _current() not in _READING:
+                _forget(getattr(self, "state", None))
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                if _current() not in _READING:
+                    _forget(getattr(self, "state", None))
+        wrapper.__name__ = method.__name__
+        wrapper.__doc__ = method.__doc__
+        wrapper.aicluster_memo = True  # type: ignore[attr-defined]
+        return wrapper
+
+    for name in ("run_shell_command", "put_file", "rsync"):
+        setattr(api_host.Host, name, changing(getattr(api_host.Host, name)))
+
+    function_execute = FunctionCommand.execute
+
+    def execute(self, state, host, connector_arguments):
+        _forget(state)
+        _FUNCTIONS[0] += 1
+        try:
+            return function_execute(self, state, host, connector_arguments)
+        finally:
+            _FUNCTIONS[0] -= 1
+            _forget(state)
+
+    execute.aicluster_memo = True  # type: ignore[attr-defined]
+    FunctionCommand.execute = execute  # type: ignore[method-assign]
 
 
 # --- remembering reads between runs -------------------------------------------------
