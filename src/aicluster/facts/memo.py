@@ -238,6 +238,8 @@ def reads_file(host) -> Path:
 def save_reads(host) -> None:
     """Keep the names of the facts *host* was asked for (not their values)."""
     state = host.state
+    if not _reads(state, host.name):
+        return  # nothing asked (e.g. a failed connection): keep the previous list
     path = reads_file(host)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -343,3 +345,43 @@ def prefetch_facts(host) -> int:
             memo.setdefault(key, value)
             done += 1
     return done
+
+
+def prefetch_all(state) -> dict[str, int]:
+    """Once per run: every connected host's previous reads, one command per host, all
+    hosts at once (pyinfra prepares hosts one after another; this must not)."""
+    import gevent
+
+    done = state.__dict__.get("aicluster_prefetched")
+    if done is not None:
+        return done
+
+    def one(host) -> int:
+        try:
+            return prefetch_facts(host)
+        except Exception:  # any trouble: that host's facts are read the normal way
+            return 0
+
+    hosts = list(state.inventory.get_active_hosts())
+    greenlets = {host.name: gevent.spawn(one, host) for host in hosts}
+    gevent.joinall(list(greenlets.values()))
+    done = {name: greenlet.value or 0 for name, greenlet in greenlets.items()}
+    state.__dict__["aicluster_prefetched"] = done
+    return done
+
+
+def remember_reads(state) -> None:
+    """Save each host's reads when pyinfra disconnects from it, after its operations
+    ran (with ``-y`` pyinfra reads operations' facts only while executing them)."""
+    from pyinfra.api.state import BaseStateCallback
+
+    if state.__dict__.get("aicluster_remembering"):
+        return
+
+    class SaveReads(BaseStateCallback):
+        @staticmethod
+        def host_disconnect(state, host):
+            save_reads(host)
+
+    state.add_callback_handler(SaveReads())
+    state.__dict__["aicluster_remembering"] = True
