@@ -9,13 +9,15 @@ not built yet are skipped.
 from pyinfra import host, logger
 
 from aicluster.deploys import component_module, current_cluster
-from aicluster.facts.memo import memoize_facts, prefetch_facts, save_reads
+from aicluster.facts.memo import memoize_facts, prefetch_facts, remember_reads
 from aicluster.inventory import InventoryError
 
 # Each fact is read once per host until something changes on a host; the facts the last
 # run read are fetched in one command first (aicluster.facts.memo).
 memoize_facts()
+# (pyinfra runs this file for all hosts at once, so they are fetched in parallel)
 logger.debug("%s: %d facts prefetched", host.name, prefetch_facts(host))
+remember_reads(host.state)
 
 try:
     _cluster = current_cluster()
@@ -29,4 +31,3 @@ for _component in _cluster.hosts[host.name].components():
         continue
     _module.deploy()
 
-save_reads(host)

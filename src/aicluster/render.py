@@ -9,6 +9,7 @@ template through both engines and compares the text.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from functools import cache
@@ -75,8 +76,15 @@ def _load_yaml_cached(path: str) -> str:
     return Path(path).read_text()
 
 
+@cache
+def _parsed(path: str) -> Any:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(_load_yaml_cached(path), Loader=loader) or {}  # noqa: S506 (safe loader)
+
+
 def _load_yaml(path: Path) -> dict[str, Any]:
-    data = yaml.safe_load(_load_yaml_cached(str(path))) or {}
+    """The file's data, parsed once per process; each caller gets its own copy."""
+    data = _parsed(str(path))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping")
-    return data
+    return copy.deepcopy(data)

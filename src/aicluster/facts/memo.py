@@ -142,8 +142,35 @@ def _forget(state) -> None:
     on one host can change what another reports, e.g. a Slurm node's state)."""
     if state is None or _stage(state) != "execute":
         return
+    if STATS_DIR:
+        import traceback
+
+        where = traceback.extract_stack(limit=6)[0]
+        _count(state, "*", f"forgotten at {Path(where.filename).name}:{where.lineno}")
     state.__dict__["aicluster_fact_memo"] = {}
     state.__dict__["aicluster_fact_epoch"] = state.__dict__.get("aicluster_fact_epoch", 0) + 1
+
+
+#: Set AICLUSTER_FACT_STATS to a directory to get, per host, how each read was answered
+#: (from memory, read and remembered, read without memory) and what made the memory
+#: be forgotten, written when pyinfra disconnects (bench/noop_rerun.py --stats).
+STATS_DIR = os.environ.get("AICLUSTER_FACT_STATS", "")
+
+
+def _count(state, host_name: str, what: str) -> None:
+    stats = state.__dict__.setdefault("aicluster_fact_stats", {}).setdefault(host_name, {})
+    stats[what] = stats.get(what, 0) + 1
+
+
+def save_stats(state, host_name: str) -> None:
+    if not STATS_DIR:
+        return
+    stats = state.__dict__.get("aicluster_fact_stats", {})
+    out = Path(STATS_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', host_name)}.json").write_text(json.dumps(
+        {"host": stats.get(host_name, {}), "all hosts": stats.get("*", {})},
+        indent=1, sort_keys=True))
 
 
 _READING: set[Any] = set()  # greenlets reading a fact (their commands change nothing)
@@ -167,6 +194,10 @@ def memoize_facts() -> None:
         key = None
         if state is not None and _stage(state) and not rest and not _FUNCTIONS[0]:
             key = fact_key(host, cls, args, kwargs)
+        if STATS_DIR and state is not None:
+            why = ("memory" if key is not None and key in _memo(state, host.name)
+                   else "read" if key is not None else "read, not memoised")
+            _count(state, host.name, f"{_stage(state)}: {why}: {cls.__name__}")
         if key is None:
             _READING.add(me)
             try:
@@ -182,6 +213,7 @@ def memoize_facts() -> None:
             finally:
                 _READING.discard(me)
             if state.__dict__.get("aicluster_fact_epoch", 0) != epoch:
+                _remember(state, host, cls, args, kwargs)
                 return value  # a change ran meanwhile: this answer may be stale already
             memo = _memo(state, host.name)
             memo[key] = value
@@ -290,11 +322,23 @@ def split_output(lines: list[str]) -> dict[int, tuple[int, list[str]]]:
     return out
 
 
+def _fact_kwargs(fact, args, kwargs) -> dict[str, Any]:
+    """The arguments the fact's command takes, by name (what pyinfra's own
+    ``_handle_fact_kwargs`` gives, without working out every connector argument)."""
+    import inspect
+
+    if not args and not kwargs:
+        return {}
+    bound = inspect.signature(fact.command).bind(*(args or ()), **(kwargs or {}))
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
 def prefetch_facts(host) -> int:
     """Read, in one command, every fact *host* was asked for in the previous run and
     put the answers in the memo. Returns how many were prefetched."""
     from pyinfra.api.command import StringCommand
-    from pyinfra.api.facts import _MISSING_COMMAND_MARKER, _handle_fact_kwargs, _make_command
+    from pyinfra.api.facts import _MISSING_COMMAND_MARKER, _make_command
 
     state = host.state
     path = reads_file(host)
@@ -308,7 +352,7 @@ def prefetch_facts(host) -> int:
             name, args, kwargs = entry
             cls = _fact_class(name)
             fact = cls()
-            fact_kwargs, _ = _handle_fact_kwargs(state, host, cls, args, kwargs)
+            fact_kwargs = _fact_kwargs(fact, args, kwargs)
             if fact.check_preconditions(state, host):
                 continue
             command = _make_command(fact.command, dict(fact_kwargs))
@@ -347,29 +391,6 @@ def prefetch_facts(host) -> int:
     return done
 
 
-def prefetch_all(state) -> dict[str, int]:
-    """Once per run: every connected host's previous reads, one command per host, all
-    hosts at once (pyinfra prepares hosts one after another; this must not)."""
-    import gevent
-
-    done = state.__dict__.get("aicluster_prefetched")
-    if done is not None:
-        return done
-
-    def one(host) -> int:
-        try:
-            return prefetch_facts(host)
-        except Exception:  # any trouble: that host's facts are read the normal way
-            return 0
-
-    hosts = list(state.inventory.get_active_hosts())
-    greenlets = {host.name: gevent.spawn(one, host) for host in hosts}
-    gevent.joinall(list(greenlets.values()))
-    done = {name: greenlet.value or 0 for name, greenlet in greenlets.items()}
-    state.__dict__["aicluster_prefetched"] = done
-    return done
-
-
 def remember_reads(state) -> None:
     """Save each host's reads when pyinfra disconnects from it, after its operations
     ran (with ``-y`` pyinfra reads operations' facts only while executing them)."""
@@ -382,6 +403,7 @@ def remember_reads(state) -> None:
         @staticmethod
         def host_disconnect(state, host):
             save_reads(host)
+            save_stats(state, host.name)
 
     state.add_callback_handler(SaveReads())
     state.__dict__["aicluster_remembering"] = True
