@@ -8,6 +8,7 @@ not built yet are skipped.
 
 from pyinfra import host, logger
 
+from aicluster.artifacts import ArtifactError, resolve_cluster
 from aicluster.deploys import component_module, current_cluster
 from aicluster.facts.memo import memoize_facts, prefetch_facts, remember_reads
 from aicluster.inventory import InventoryError
@@ -21,7 +22,10 @@ remember_reads(host.state)
 
 try:
     _cluster = current_cluster()
-except InventoryError as exc:
+    # Every release artifact the inventory needs, found or downloaded once and verified
+    # on this machine before any operation runs (aicluster.artifacts).
+    resolve_cluster(_cluster)
+except (InventoryError, ArtifactError) as exc:
     raise SystemExit(f"aicluster: {exc}") from None
 
 for _component in _cluster.hosts[host.name].components():

@@ -102,6 +102,18 @@ _storage1 = (
         ],
         # Ring buffers of the 100 GbE ports raised at boot.
         "network_nic_tuning": True,
+        # The cluster's shared models and datasets over NFS, to the storage network only
+        # (every client mounts both at the same path; docs/components/nfs.md).
+        "nfs_exports": [
+            {"path": "/srv/models", "networks": ["storage"], "mode": "0755"},
+            {"path": "/srv/datasets", "networks": ["storage"], "mode": "1777"},
+        ],
+        # Ceph OSDs on all four NVMe drives (one storage host: replicas on different
+        # OSDs; docs/components/ceph.md). Never formatted while they hold data.
+        "ceph_osd_devices": [
+            {"device": f"/dev/disk/by-id/nvme-KIOXIA_KCM7DRUG7T68_X2N0A00{i}"}
+            for i in range(1, 5)
+        ],
         "hardware": {
             "cpus": 64,
             "memory_gb": 512,
@@ -142,6 +154,12 @@ ray_head = ["head"]
 ray_workers = list(_gpus)
 nfs_server = ["storage1"]
 nfs_clients = ["head", *_gpus]
+# Ceph: three monitors (with managers), OSDs on storage1, CephFS served by storage1's
+# MDS and mounted by the head and the GPU nodes (ceph-fuse).
+ceph_mons = ["head", "storage1", "gpu1"]
+ceph_osds = ["storage1"]
+ceph_mds = ["storage1"]
+ceph_clients = ["head", *_gpus]
 monitoring = ["head"]
 
 finish(globals())

@@ -84,7 +84,8 @@ all = (
 # devices under stable /dev/disk/by-id names. A node with disks declares them as its
 # NVMe drives and makes its NVMe cache of them (nvme_cache); nodes without get none.
 for _name, _data in all[0]:
-    _disks = [d["by_id"] for d in _state.get("disks") or [] if d["node"] == _name]
+    _disks = [d["by_id"] for d in _state.get("disks") or []
+              if d["node"] == _name and not d["name"].startswith("ceph")]
     if _disks:
         _data["hardware"]["nvme"] = [{"device": d} for d in _disks]
         _data["nvme_cache_devices"] = _disks
@@ -108,6 +109,49 @@ slurm_workers = [n["name"] for n in _state["nodes"]]
 # the fabric NICs) deploys the same cluster.
 ray_head = [_state["nodes"][0]["name"]]
 ray_workers = [n["name"] for n in _state["nodes"][1:]]
+
+# NFS, when node1 has a disk (its NVMe cache): node1 serves a directory on that XFS
+# with nfs-ganesha (the nodes' kernel has no nfsd; ganesha's VFS backend needs a real
+# filesystem, not the overlay root), the other nodes are clients. Their kernel has no
+# NFS client either: the deploy installs the tools and says why it mounts nothing; the
+# e2e tests write and read through ganesha with libnfs (user space). On the management
+# network, so the nfs role's molecule scenario (no network component to address the
+# fabric NICs) serves the same cluster.
+if all[0][0][1].get("nvme_cache_devices"):
+    all[0][0][1]["nfs_server_impl"] = "ganesha"
+    all[0][0][1]["nfs_network"] = "management"
+    all[0][0][1]["nfs_exports"] = [{"path": "/mnt/nvme-cache/shared", "mode": "1777"}]
+    nfs_server = [_state["nodes"][0]["name"]]
+    nfs_clients = [n["name"] for n in _state["nodes"][1:]]
+
+# Ceph, when nodes have disks named ceph* (`aicluster testbed disk add NODE ceph --size
+# 10G`: large and sparse; a small OSD fills up and hangs): node1 runs the monitor, the
+# manager and the MDS, every node with such a disk an OSD on it (ceph-volume raw mode:
+# no device-mapper here), and every node a client mounting CephFS with ceph-fuse (so a
+# file node1 writes is read on node2).
+_ceph_disks = {n["name"]: [d["by_id"] for d in _state.get("disks") or []
+                           if d["node"] == n["name"] and d["name"].startswith("ceph")]
+               for n in _state["nodes"]}
+if any(_ceph_disks.values()):
+    ceph_mons = [_state["nodes"][0]["name"]]
+    ceph_mds = [_state["nodes"][0]["name"]]
+    ceph_osds = [n for n, d in _ceph_disks.items() if d]
+    ceph_clients = [n["name"] for n in _state["nodes"]]
+    for _name, _data in all[0]:
+        if _ceph_disks[_name]:
+            _data["ceph_osd_devices"] = [{"device": d} for d in _ceph_disks[_name]]
+    all[1]["ceph_osd_mode"] = "raw"
+    # On the management network, so the role's molecule scenario and the Ceph e2e test
+    # (no network component to address the fabric NICs) deploy the same cluster.
+    all[1]["ceph_network"] = "management"
+    # Small pools, and OSDs that keep to about 1 GiB each (nodes see the host's memory).
+    all[1]["ceph_pools"] = [{"name": "testbed", "pg_num": 8, "application": "rados"}]
+    all[1]["ceph_client_pools"] = ["testbed"]
+    all[1]["ceph_cephfs_data_pg_num"] = 8
+    all[1]["ceph_cephfs_metadata_pg_num"] = 8
+    all[1]["ceph_config"] = {"osd": {"osd_memory_target": 1073741824},
+                             "mon": {"mon_data_avail_warn": 5}}
+    all[1]["secrets"]["ceph"] = {"file": str(state_dir() / "secrets" / "ceph.secret")}
 
 # Rehearsals (a version bump, a config change) without editing this file: the JSON
 # object in <testbed state dir>/overrides.json is laid over the cluster data above.

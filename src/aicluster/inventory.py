@@ -123,6 +123,11 @@ def _ip_network(v: Any) -> Any:
         raise ValueError(f"{v!r} is not a network in CIDR form ({exc})") from None
 
 
+def _arch(v: Any) -> Any:
+    """``uname -m``'s names for the architectures artifacts are pinned for."""
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(v, v) if isinstance(v, str) else v
+
+
 IPAddress = Annotated[ipaddress.IPv4Address | ipaddress.IPv6Address, BeforeValidator(_ip_address)]
 IPNetwork = Annotated[ipaddress.IPv4Network | ipaddress.IPv6Network, BeforeValidator(_ip_network)]
 
@@ -264,6 +269,9 @@ class NVMe(_Model):
 class Hardware(_Model):
     """What the node is made of, as the inventory declares it (facts check it later)."""
 
+    #: The CPU architecture release artifacts are picked for (``uname -m``'s
+    #: ``x86_64``/``aarch64`` are accepted too).
+    arch: Annotated[Literal["amd64", "arm64"], BeforeValidator(_arch)] = "amd64"
     cpus: Annotated[int, Field(ge=1, le=4096)] = 1
     memory_gb: Annotated[int, Field(ge=1, le=65536)] = 1
     gpus: GPUs = GPUs()
@@ -316,6 +324,24 @@ class ClusterSpec(BaseModel):
     secrets: dict[str, SecretRef] = {}
     package_cache: str | None = None
     package_proxy: Annotated[str | None, Field(pattern=r"^https?://[^\s/]+(:[0-9]+)?/?$")] = None
+    #: Release artifacts (aicluster.artifacts), on the deploying machine: a directory
+    #: of pinned files for sites without internet, and the download cache.
+    artifacts_dir: str | None = None
+    artifacts_cache_dir: str | None = None
+
+    @field_validator("artifacts_dir", "artifacts_cache_dir")
+    @classmethod
+    def _local_dir(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        path = Path(v).expanduser()
+        if not path.is_absolute():
+            raise ValueError(
+                f"{v!r} is not an absolute path (a directory on the deploying machine)"
+            )
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"{v} exists and is not a directory")
+        return v
 
     @field_validator("networks")
     @classmethod
@@ -615,10 +641,12 @@ def _collapse(errors: list[str]) -> list[str]:
 
 
 def _component_checks(cluster: Cluster) -> list[str]:
-    """Each built component's own ``validate(cluster)`` (aicluster.deploys.<c>)."""
+    """Each built component's own ``validate(cluster)`` (aicluster.deploys.<c>), after
+    the release artifacts' pins (aicluster.artifacts)."""
+    from aicluster import artifacts
     from aicluster.deploys import component_module
 
-    errors: list[str] = []
+    errors: list[str] = artifacts.validate(cluster)
     for component in COMPONENT_ORDER:
         module = component_module(component)
         if module is not None and hasattr(module, "validate"):

@@ -293,3 +293,72 @@ def assert_slurm_reconfigures_keeping_jobs(tb: Testbed, deploy) -> None:
     assert slurm_start_times(tb) == started, "a Slurm daemon restarted for a reconfigure"
     print(f"job {job} kept RUNNING across the reconfiguring deploy; no daemon restarted")
     tb.ssh(head, f"scancel {job}")
+
+
+#: NFS on the testbed: node1 serves NFS_EXPORT (on its NVMe cache, a STAND-IN loop
+#: device) with nfs-ganesha; node2 is a client whose kernel has no NFS client, so the
+#: deploy mounts nothing there and says why, and the data path is proven from user
+#: space with libnfs (nfs-cp, nfs-cat), a test tool installed by the check.
+NFS_EXPORT = "/mnt/nvme-cache/shared"
+NFS_CLIENT_SKIPPED = "mounts skipped: this node's kernel has no NFS client"
+
+
+def add_nfs_disk(tb: Testbed) -> None:
+    """Give node1 an empty STAND-IN drive (a loop device) before the deploy: its NVMe
+    cache (XFS) holds the NFS export (ganesha's VFS backend needs a real filesystem)."""
+    from aicluster.testbed.core import disk_add
+
+    disk = disk_add(tb.nodes[0]["name"], "cache", "1G")
+    print(f"STAND-IN drive for node1's NVMe cache and NFS export: {disk['by_id']} "
+          f"({disk['loop']})")
+
+
+def assert_nfs(tb: Testbed, output: str) -> None:
+    """ganesha runs on node1 and exports NFS_EXPORT on its XFS cache; node2 mounted
+    nothing and the deploy said why; node2 writes a file through ganesha with nfs-cp
+    (retried through ganesha's grace period, about 90 s after it starts) and reads it
+    back with nfs-cat, with the same checksum, and root was squashed on the server."""
+    import time
+
+    from aicluster.deploys.nfs import server_address
+    from aicluster.inventory import load_cluster
+    from tests.e2e.conftest import TESTBED_INVENTORY
+
+    server, client = tb.nodes[0]["name"], tb.nodes[1]["name"]
+    assert tb.ssh(server, "systemctl is-active nfs-ganesha rpcbind").split() == [
+        "active", "active"]
+    assert f'Path = "{NFS_EXPORT}";' in tb.ssh(server, "cat /etc/ganesha/ganesha.conf")
+    assert tb.ssh(server, f"findmnt -n -o FSTYPE --target {NFS_EXPORT}").strip() == "xfs"
+    flat = " ".join(output.split()).replace("''", "'")
+    assert NFS_CLIENT_SKIPPED in flat, "the deploy did not say why node2 mounts nothing"
+    assert " nfs " not in tb.ssh(client, "cat /etc/fstab")
+    address = server_address(load_cluster(TESTBED_INVENTORY))
+    tb.ssh(client, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q libnfs-utils")
+    print("test tool: libnfs-utils (NFS from user space; node2's kernel has no NFS client)")
+    tb.ssh(client, "head -c 1048576 /dev/urandom > /tmp/e2e-probe.bin")
+    local = tb.ssh(client, "sha256sum < /tmp/e2e-probe.bin").split()[0]
+    deadline = time.monotonic() + 150
+    attempt = 0
+    while True:
+        # A new name each try: a create refused in the grace period may leave the file
+        # behind, and nfs-cp will not overwrite it (libnfs-utils has no nfs-rm).
+        attempt += 1
+        name = f"e2e-probe-{attempt}.bin"
+        url = f"nfs://{address}{NFS_EXPORT}/{name}"
+        # In the grace period nfs-cp may also exit 0 with the file short: read it back.
+        status = run_ssh_status(tb, client, f"timeout 15 nfs-cp /tmp/e2e-probe.bin {url}")
+        remote = tb.ssh(client, f"set -o pipefail; timeout 30 nfs-cat {url} | sha256sum",
+                        check=False).split()[:1]
+        if status == 0 and remote == [local]:
+            break
+        assert time.monotonic() < deadline, (
+            f"{url}: nfs-cp status {status}, read back {remote}, wrote {local}")
+        print(f"{url}: nfs-cp status {status}, read back {remote} (ganesha's grace "
+              "period?), retrying")
+        time.sleep(5)
+    on_disk = tb.ssh(server, f"stat -c %U {NFS_EXPORT}/{name}; "
+                             f"sha256sum < {NFS_EXPORT}/{name}").split()
+    assert on_disk[0] == "nobody" and on_disk[1] == local, on_disk
+    print(f"{client} wrote 1 MiB through nfs-ganesha on {server} ({url}) and read it back: "
+          f"sha256 {local} on both sides and on the server's XFS, owned by nobody "
+          "(root_squash)")

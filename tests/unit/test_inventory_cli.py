@@ -37,7 +37,10 @@ def _validate(path: str | Path) -> subprocess.CompletedProcess[str]:
 def test_validate_lab_succeeds():
     result = _validate("inventories/lab.py")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("inventories/lab.py: 6 hosts, groups: gpu_nodes, ib_nodes,")
+    assert result.stdout.startswith(
+        "inventories/lab.py: 6 hosts, groups: ceph_clients, ceph_mds, ceph_mons, ceph_osds, "
+        "gpu_nodes, ib_nodes,"
+    )
     assert result.stdout.rstrip().endswith(": OK")
     assert "warning: slurm_controller has one host" in result.stderr
 

@@ -40,6 +40,10 @@ def test_lab_groups(lab):
         "ray_workers": set(GPUS),
         "nfs_server": {"storage1"},
         "nfs_clients": {"head", *GPUS},
+        "ceph_mons": {"head", "gpu1", "storage1"},
+        "ceph_osds": {"storage1"},
+        "ceph_mds": {"storage1"},
+        "ceph_clients": {"head", *GPUS},
         "monitoring": {"head"},
     }
 
@@ -103,6 +107,7 @@ def test_components_in_deploy_order(lab):
         "base",
         "network",
         "nfs",
+        "ceph",
         "slurm",
         "ray",
         "monitoring",
@@ -114,10 +119,11 @@ def test_components_in_deploy_order(lab):
         "nvidia",
         "nvme_cache",
         "nfs",
+        "ceph",
         "slurm",
         "ray",
     ]
-    assert lab.hosts["storage1"].components() == ["base", "network", "nfs"]
+    assert lab.hosts["storage1"].components() == ["base", "network", "nfs", "ceph"]
 
 
 def test_a_host_in_every_group_gets_every_component_in_order(spec):
@@ -130,6 +136,8 @@ def test_a_host_in_every_group_gets_every_component_in_order(spec):
     # NVIDIA GPUs from NVIDIA's CUDA repository need its URL (or a mirror's).
     spec.set("all.nvidia_cuda_repo_url", "https://mirror.example.org/nvidia/cuda/repos")
     spec.set("n1.infiniband_opensm_priority", 15)  # an IB fabric needs a subnet manager
+    spec.set("n1.nfs_exports", [{"path": "/srv/shared"}])  # an NFS server exports something
+    spec.set("n1.ceph_osd_devices", ["/dev/disk/by-id/nvme-osd"])  # an OSD host names a device
     cluster = load_cluster(spec.write())
     assert cluster.hosts["n1"].components() == list(COMPONENT_ORDER)
     assert COMPONENT_ORDER[0] == "base"

@@ -82,6 +82,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "infiniband_opensm_config": {"log_max_size": None, "routing_engine": "ftree"},
     },
     # nvme_cache: no cache directories (no environment), other mount options, FS-Cache.
+    # nfs: an export with other options (read-only, all squashed to a uid/gid, a
+    # network and a subnet), other server settings (a key dropped, a section added),
+    # a chosen mount with its options, NFSv3 and FS-Cache on the clients.
+    "nfs": {
+        "nfs_exports": [{"path": "/srv/scratch", "networks": ["fabric", "10.99.0.0/16"],
+                         "options": ["ro", "all_squash", "anonuid=2000", "anongid=2000"],
+                         "export_id": 7}],
+        "nfs_server_config": {"nfsd": {"vers3": "n", "threads": None},
+                              "mountd": {"manage-gids": True}},
+        "nfs_mounts": [{"export": "/srv/models", "path": "/models", "options": ["ro"]}],
+        "nfs_version": "3",
+        "nfs_fscache": True,
+    },
     "nvme_cache": {
         "nvme_cache_directories": [],
         "nvme_cache_mount_options": ["noatime", "discard", "nofail"],
@@ -114,6 +127,7 @@ LOOP_VARS: dict[tuple[str, str], tuple[str, str]] = {
     ("network", "networkd.network.j2"): ("network_interface", "network_interfaces"),
     ("network", "networkd.netdev.j2"): ("network_interface", "network_interfaces"),
     ("network", "networkmanager.nmconnection.j2"): ("network_interface", "network_interfaces"),
+    ("nfs", "fstab.j2"): ("nfs_mount", "nfs_mount_list"),
 }
 
 

@@ -297,6 +297,13 @@ def check_devices(
                 "device that cannot be read"
             )
             continue
+        blkid_type = (rec.get("blkid") or {}).get("TYPE")
+        if not signatures and blkid_type:
+            # Some formats blkid knows are not listed by wipefs (a Ceph bluestore OSD,
+            # seen on util-linux 2.38): what blkid finds counts as much.
+            signatures = [{"type": blkid_type, "offset": "",
+                           "label": (rec.get("blkid") or {}).get("LABEL", ""),
+                           "uuid": (rec.get("blkid") or {}).get("UUID", "")}]
         found = []
         if signatures:
             found.append(describe(signatures))

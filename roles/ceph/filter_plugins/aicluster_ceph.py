@@ -1,0 +1,41 @@
+"""Filters the ceph role uses: the very Python the pyinfra deploy runs
+(aicluster.deploys.ceph, aicluster.facts.storage), so both engines derive the same
+keys and decide alike whether a device may become an OSD. Filters run on the
+deploying machine: the cluster's secret is read there and never leaves it (only the
+keyrings this host needs are copied, with no_log)."""
+
+from __future__ import annotations
+
+from aicluster.deploys.ceph import (
+    decide_from_output,
+    mon_mkfs_command,
+    pool_commands,
+    secrets,
+)
+
+
+def aicluster_ceph_secrets(ref, name, size, fsid, entities, host_name, roles, client_name):
+    """The fsid, this host's keyrings and the key digests (aicluster.deploys.ceph.secrets)."""
+    return secrets(ref, name, size, fsid, entities, host_name, roles, client_name)
+
+
+def aicluster_ceph_decide(block_lines, ceph_lines, request, fsid, digests):
+    return decide_from_output(block_lines, ceph_lines, request, fsid, digests)
+
+
+def aicluster_ceph_mon_mkfs(fsid, name, mons, msgr2):
+    return mon_mkfs_command(fsid, name, mons, msgr2)
+
+
+def aicluster_ceph_pool_commands(plan, timeout):
+    return pool_commands(plan, timeout)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "aicluster_ceph_secrets": aicluster_ceph_secrets,
+            "aicluster_ceph_decide": aicluster_ceph_decide,
+            "aicluster_ceph_mon_mkfs": aicluster_ceph_mon_mkfs,
+            "aicluster_ceph_pool_commands": aicluster_ceph_pool_commands,
+        }

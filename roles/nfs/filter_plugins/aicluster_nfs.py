@@ -1,0 +1,16 @@
+"""Filters the nfs role uses: the very Python the pyinfra deploy runs
+(aicluster.facts.nfs, aicluster.deploys.nfs), so both engines decide alike."""
+
+from __future__ import annotations
+
+from aicluster.deploys.nfs import client_skip_reason, server_problem
+from aicluster.facts.nfs import parse
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "aicluster_nfs_kernel": parse,
+            "aicluster_nfs_client_skip": client_skip_reason,
+            "aicluster_nfs_server_problem": server_problem,
+        }
