@@ -271,7 +271,10 @@ def assert_slurm_reconfigures_keeping_jobs(tb: Testbed, deploy) -> None:
     from aicluster.testbed.state import state_dir
 
     head = tb.nodes[0]["name"]
-    job = tb.ssh(head, f"sbatch --parsable -w {tb.nodes[-1]['name']} --wrap 'sleep 120'").strip()
+    # The job must outlast the deploy (an Ansible run takes minutes on the testbed); it
+    # is cancelled at the end.
+    worker = tb.nodes[-1]["name"]
+    job = tb.ssh(head, f"sbatch --parsable -w {worker} --wrap 'sleep 1800'").strip()
     state = _wait(tb, head, f"squeue -h -j {job} -o %T", lambda out: out.strip() == "RUNNING")
     assert state.strip() == "RUNNING", state
     started = slurm_start_times(tb)
