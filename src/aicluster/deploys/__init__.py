@@ -13,7 +13,7 @@ Each component module has
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from io import StringIO
 from types import ModuleType
 from typing import Any
@@ -39,6 +39,16 @@ def component_module(component: str) -> ModuleType | None:
         if exc.name == f"aicluster.deploys.{component}":
             return None
         raise
+
+
+def unknown_keys(at: str, entry: Mapping[str, Any], known: Iterable[str]) -> list[str]:
+    """The error line for keys of an inventory entry the component does not know
+    (empty when there are none), naming the keys it does know."""
+    known = sorted(known)
+    unknown = sorted(map(str, set(entry) - set(known)))
+    if not unknown:
+        return []
+    return [f"{at}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}"]
 
 
 def layered(component: str, data: Mapping[str, Any]) -> dict[str, Any]:

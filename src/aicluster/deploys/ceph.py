@@ -54,6 +54,7 @@ from aicluster.deploys import (
     os_family,
     put_template,
     template_vars,
+    unknown_keys,
 )
 from aicluster.deploys.nvme_cache import refuse
 from aicluster.facts.ceph import CephState, request_text
@@ -749,9 +750,7 @@ def _check_pools(cluster: Cluster, c: Mapping[str, Any], where: str, count: int)
         if not isinstance(p, Mapping) or "name" not in p:
             errors.append(f"{at}: must be a mapping with at least a name")
             continue
-        unknown = sorted(set(p) - {"name", "pg_num", "size", "min_size", "application"})
-        if unknown:
-            errors.append(f"{at}: unknown key(s) {', '.join(unknown)}")
+        errors += unknown_keys(at, p, {"name", "pg_num", "size", "min_size", "application"})
         name = str(p["name"])
         if not NAME_RE.match(name):
             errors.append(f"{at}.name: {name!r} is not a pool name")
@@ -809,9 +808,7 @@ def _check_host(cluster: Cluster, name: str) -> list[str]:
         if not isinstance(e, Mapping) or "device" not in e:
             errors.append(f"{at}: must be a device path or {{device, wipe}}")
             continue
-        unknown = sorted(set(e) - {"device", "wipe"})
-        if unknown:
-            errors.append(f"{at}: unknown key(s) {', '.join(unknown)}")
+        errors += unknown_keys(at, e, {"device", "wipe"})
         dev = str(e["device"])
         parts = dev.split("/")[1:]
         if not DEVICE_RE.match(dev) or any(p in ("", ".", "..") for p in parts):

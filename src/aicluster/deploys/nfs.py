@@ -38,6 +38,7 @@ from aicluster.deploys import (
     os_family,
     put_template,
     template_vars,
+    unknown_keys,
 )
 from aicluster.facts.nfs import KERNEL_COMMAND, NfsKernel
 from aicluster.inventory import NETWORK_NAMES, Cluster
@@ -340,10 +341,7 @@ def _check_server(cluster: Cluster, name: str) -> list[str]:
         if not isinstance(e, Mapping) or not isinstance(e.get("path"), str):
             errors.append(f"{at}: must be a mapping with at least a path")
             continue
-        unknown = sorted(set(e) - EXPORT_KEYS)
-        if unknown:
-            errors.append(f"{at}: unknown key(s) {', '.join(map(str, unknown))}; known: "
-                          f"{', '.join(sorted(EXPORT_KEYS))}")
+        errors += unknown_keys(at, e, EXPORT_KEYS)
         path = e["path"].rstrip("/") or "/"
         if not PATH_RE.match(path) or ".." in path.split("/"):
             errors.append(f"{at}.path: {e['path']!r} is not an absolute path (letters, "
@@ -453,10 +451,7 @@ def _check_client(cluster: Cluster, name: str, server: str | None,
         if not isinstance(m, Mapping) or not isinstance(m.get("export"), str):
             errors.append(f"{at}: must be a mapping with at least an export")
             continue
-        unknown = sorted(set(m) - MOUNT_KEYS)
-        if unknown:
-            errors.append(f"{at}: unknown key(s) {', '.join(map(str, unknown))}; known: "
-                          f"{', '.join(sorted(MOUNT_KEYS))}")
+        errors += unknown_keys(at, m, MOUNT_KEYS)
         export = m["export"].rstrip("/")
         if export not in exported:
             errors.append(f"{at}.export: {m['export']!r} is not exported by the nfs_server "

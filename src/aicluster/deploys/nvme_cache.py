@@ -35,6 +35,7 @@ from aicluster.deploys import (
     put_template,
     systemd_manager_conf,
     template_vars,
+    unknown_keys,
 )
 from aicluster.facts.storage import (
     BlockDevices,
@@ -241,9 +242,7 @@ def _check_directories(where: str, entries: Any) -> list[str]:
         if not isinstance(e, Mapping) or "path" not in e:
             errors.append(f"{at}: must be a mapping with at least a path")
             continue
-        unknown = sorted(set(e) - {"path", "owner", "group", "home", "mode", "env"})
-        if unknown:
-            errors.append(f"{at}: unknown key(s) {', '.join(unknown)}")
+        errors += unknown_keys(at, e, {"path", "owner", "group", "home", "mode", "env"})
         if not REL_RE.match(str(e["path"])) or ".." in str(e["path"]).split("/"):
             errors.append(f"{at}.path: {e['path']!r} is not a path relative to nvme_cache_path")
         for key in ("owner", "group"):
