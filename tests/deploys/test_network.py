@@ -91,12 +91,9 @@ DIRS = {"/etc/systemd/network", "/etc/netplan", "/etc/NetworkManager/system-conn
         "/usr/local/sbin", "/etc/systemd/system"}
 RENDERER_OF = {"debian12": "networkd", "ubuntu2404": "netplan", "rocky9": "networkmanager"}
 GLOBS = {
-    "networkd": "ls -1d /etc/systemd/network/60-aicluster-* 2>/dev/null || true",
-    "netplan": "ls -1d /etc/netplan/60-aicluster.yaml 2>/dev/null || true",
-    "networkmanager": (
-        "ls -1d /etc/NetworkManager/system-connections/60-aicluster-*.nmconnection "
-        "2>/dev/null || true"
-    ),
+    "networkd": "/etc/systemd/network/60-aicluster-*",
+    "netplan": "/etc/netplan/60-aicluster.yaml",
+    "networkmanager": "/etc/NetworkManager/system-connections/60-aicluster-*.nmconnection",
 }
 
 
@@ -137,7 +134,10 @@ def _facts(distro, hosts=HOSTS, files=None, mgmt=None, nics=None, listing=None):
             ),
             # apt's index was refreshed a minute ago.
             "Date": NOW + timedelta(minutes=1),
-            "Command": {GLOBS[RENDERER_OF[distro]]: "\n".join((listing or {}).get(name, []))},
+            "GlobPaths": lambda pattern, name=name, **kw: (
+                sorted((listing or {}).get(name, []))
+                if pattern == GLOBS[RENDERER_OF[distro]] else []
+            ),
             "DebPackages": {"iproute2": ["6.1"], "ethtool": ["6.1"], "netplan.io": ["1.0"]},
             "RpmPackages": {"iproute": ["6.2"], "ethtool": ["6.2"], "NetworkManager": ["1.46"]},
             "SystemdStatus": {"systemd-networkd.service": True, "NetworkManager.service": True,

@@ -11,7 +11,7 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.server import Command, LinuxDistribution
+from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 
 from aicluster.deploys import (
@@ -23,6 +23,7 @@ from aicluster.deploys import (
     systemd_manager_conf,
     template_vars,
 )
+from aicluster.facts.system import ContainerVirt, NftTable
 from aicluster.inventory import Cluster
 from aicluster.render import defaults
 
@@ -130,8 +131,7 @@ def validate(cluster: Cluster) -> list[str]:
 
 
 def _in_container() -> bool:
-    out = host.get_fact(Command, "systemd-detect-virt --container 2>/dev/null || true")
-    return bool(out) and out.strip() not in ("", "none")
+    return bool(host.get_fact(ContainerVirt))
 
 
 @deploy("base", data_defaults=defaults("base"))
@@ -263,10 +263,7 @@ def _admin_users(v: dict[str, Any]) -> None:
 def _firewall(v: dict[str, Any]) -> None:
     conf_path = v["base_nftables_conf"]
     if not v["base_firewall_enabled"]:
-        present = host.get_fact(
-            Command, "nft list table inet aicluster >/dev/null 2>&1 && echo yes || echo no"
-        )
-        if present == "yes":
+        if host.get_fact(NftTable, family="inet", table="aicluster"):
             server.shell(
                 name="Firewall disabled: remove the aicluster table",
                 commands=["nft delete table inet aicluster"],

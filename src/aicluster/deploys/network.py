@@ -29,7 +29,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Sha1File
-from pyinfra.facts.server import Command, LinuxDistribution
+from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 
 from aicluster.deploys import (
@@ -45,6 +45,7 @@ from aicluster.facts.network import (
     NetworkInterfaces,
     management_command,
 )
+from aicluster.facts.system import GlobPaths
 from aicluster.inventory import IFNAME_RE, MTU_LIMITS, Cluster
 from aicluster.render import defaults, os_vars, render
 
@@ -662,8 +663,7 @@ def write_config(
                                                  "network_interface": f["interface"]})
         wanted.append((f, text))
     pattern = glob or file_glob(renderer_name)
-    listing = host.get_fact(Command, f"ls -1d {pattern} 2>/dev/null || true")
-    present = [p for p in (listing or "").split() if p]
+    present = host.get_fact(GlobPaths, pattern=pattern) or []
     keep = set(keep) | {f["dest"] for f, _ in wanted}
     stale = [p for p in present if p not in keep]
     differs = [
