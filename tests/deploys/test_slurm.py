@@ -117,12 +117,15 @@ def test_ubuntu_uses_the_debian_packages(key_file):
 
 
 def test_compute_nodes_never_run_slurmctld(key_file):
-    enabled = {"SystemdEnabled": {"slurmctld.service": True, "slurmd.service": True},
+    enabled = {"UnitLoaded": lambda unit, **kw: unit == "slurmctld.service",
+               "SystemdEnabled": {"slurmctld.service": True, "slurmd.service": True},
                "SystemdStatus": {"slurmctld.service": True, "slurmd.service": True}}
     p = _plan(key_file, facts={"gpu1": enabled})
     text = p.op("gpu1", "No slurmctld on this node").text
     assert "systemctl stop slurmctld.service" in text
     assert "systemctl disable slurmctld.service" in text
+    # Where the packages brought no slurmctld unit, there is nothing to stop.
+    assert "No slurmctld on this node" not in _plan(key_file).names("gpu1")
 
 
 # --- munge --------------------------------------------------------------------------

@@ -130,29 +130,46 @@ def _local_state():
 
 def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatch):
     from pyinfra.context import ctx_host, ctx_state
-    from pyinfra.facts.files import Directory, Sha1File
+    from pyinfra.facts.files import Directory, Link, Sha1File
     from pyinfra.facts.server import LinuxDistribution
 
     from aicluster.facts import memo
 
     monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
     memo.memoize_facts()
-    (tmp_path / "a.conf").write_text("x = 1\n")
+    d = tmp_path / "files"
+    d.mkdir()
+    (d / "a.conf").write_text("x = 1\n")
+    (d / "with space.conf").write_text("y\n")
+    (d / "odd'name").write_text("z\n")
+    (d / "link").symlink_to(d / "a.conf")
     asks = [
-        (File, {"path": str(tmp_path / "a.conf")}),
-        (Sha1File, {"path": str(tmp_path / "a.conf")}),
-        (File, {"path": str(tmp_path / "missing")}),
-        (Directory, {"path": str(tmp_path)}),
+        (File, {"path": str(d / "a.conf")}),
+        (Sha1File, {"path": str(d / "a.conf")}),
+        (File, {"path": str(d / "missing")}),
+        (Directory, {"path": str(d)}),
         (LinuxDistribution, {}),
+        # File, Directory and Link of many paths are read in one stat, checksums in one
+        # sha1sum: each answer must be what the fact's own command gives.
+        (File, {"path": str(d)}),  # a directory: False
+        (Directory, {"path": str(d / "a.conf")}),  # a file: False
+        (Link, {"path": str(d / "link")}),
+        (File, {"path": str(d / "link")}),
+        (Sha1File, {"path": str(d / "missing")}),
+        (Sha1File, {"path": str(d)}),
+        (Sha1File, {"path": str(d / "with space.conf")}),
+        (File, {"path": str(d / "with space.conf")}),
+        (Sha1File, {"path": str(d / "odd'name")}),  # not plain: read on its own
+        (File, {"path": str(d / "odd'name")}),
     ]
 
     state, host = _local_state()
     with ctx_state.use(state), ctx_host.use(host):
         first = [host.get_fact(cls, **kw) for cls, kw in asks]
-        host.get_fact(File, path=str(tmp_path / "a.conf"))  # a repeat is not noted twice
+        host.get_fact(File, path=str(d / "a.conf"))  # a repeat is not noted twice
         memo.save_reads(host)
     saved = memo.reads_file(host).read_text()
-    assert saved.count("a.conf") == 2 and "x = 1" not in saved  # names, never values
+    assert saved.count("a.conf\"") == 3 and "x = 1" not in saved  # names, never values
 
     # The next run: one command answers all of them; no fact command runs after it.
     state, host = _local_state()
@@ -172,6 +189,10 @@ def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatc
     # (reading the file's checksum may move its access time: compare without it)
     assert [_no_atime(v) for v in again] == [_no_atime(v) for v in first]
     assert again[0] is not None and again[2] is None
+    assert again[5] is False and again[6] is False and again[7]["link_target"]
+    assert again[9] is None and again[11] and again[13]
+    script = commands[0].get_raw_value()
+    assert "sha1sum -- " in script and "stat -c " in script
 
 
 def _no_atime(value):
@@ -258,3 +279,36 @@ def test_fact_arguments_match_pyinfra(tmp_path):
         theirs, _ = _handle_fact_kwargs(state, host, cls, args, kwargs)
         theirs.pop("self", None)  # pyinfra's _make_command drops it too
         assert memo._fact_kwargs(cls(), args, kwargs) == theirs, cls
+
+
+def test_a_read_waits_for_that_hosts_prefetch_under_way(tmp_path, monkeypatch):
+    """Another host's deploy asking for this host's fact while this host's one-command
+    read runs gets the prefetched answer, not a read of its own."""
+    import gevent
+    import gevent.event
+    from pyinfra.context import ctx_host, ctx_state
+
+    from aicluster.facts import memo
+
+    monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
+    memo.memoize_facts()
+    state, host = _local_state()
+    pending = gevent.event.Event()
+    state.__dict__["aicluster_prefetching"] = {host.name: pending}
+    commands = []
+    monkeypatch.setattr(host, "run_shell_command",
+                        lambda *a, **k: commands.append(a) or (False, None))
+    path = str(tmp_path / "c.conf")
+
+    def ask():
+        with ctx_state.use(state), ctx_host.use(host):
+            return host.get_fact(File, path=path)
+
+    asking = gevent.spawn(ask)
+    gevent.sleep(0.05)
+    assert not asking.ready()  # waiting for the prefetch
+    answer = {"user": "root", "group": "root", "mode": 644, "size": 1}
+    memo._memo(state, host.name)[memo.fact_key(host, File, None, {"path": path})] = answer
+    pending.set()
+    assert asking.get(timeout=5) == answer
+    assert commands == []

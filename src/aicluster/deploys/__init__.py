@@ -133,6 +133,52 @@ def systemd_manager_conf(
     return conf
 
 
+def system_user(
+    name: str,
+    user: str,
+    *,
+    group: str | None = None,
+    groups: list[str] | None = None,
+    append: bool = False,
+    home: str | None = None,
+    shell: str | None = None,
+    system: bool = False,
+    create_home: bool = False,
+):
+    """pyinfra's ``server.user`` (a pyinfra op), without reading every account of the
+    node when this one is already as wanted: ``server.user`` reads the ``Users`` fact,
+    five commands per account, on every run. When the account exists with this home,
+    shell and groups, only its home directory's ownership is ensured (what
+    ``server.user`` itself then does); otherwise ``server.user`` makes or mends it."""
+    from pyinfra import host
+    from pyinfra.operations import files, server
+
+    from aicluster.facts.system import UserAccount
+
+    have = host.get_fact(UserAccount, user=user)
+    wanted_groups = list(groups or [])
+    as_wanted = have is not None and (
+        (home is None or have["home"] == home)
+        and (shell is None or have["shell"] == shell)
+        and (group is None or have["group"] == group)
+        and (not wanted_groups or (
+            set(wanted_groups) <= set(have["groups"]) if append
+            else set(wanted_groups) == set(have["groups"])))
+    )
+    if as_wanted:
+        return files.directory(
+            name=f"{name}: home directory",
+            path=home or have["home"] or f"/home/{user}",
+            user=user,
+            group=group or user,
+            _no_fail_on_link=True,
+        )
+    return server.user(
+        name=name, user=user, group=group, groups=groups, append=append, home=home,
+        shell=shell, system=system, create_home=create_home,
+    )
+
+
 def install_packages(name: str, packages: list[str], family: str):
     """Install distribution packages (a pyinfra op), bounded in time and retries; on
     Debian and Ubuntu the apt index is refreshed when it is over an hour old."""

@@ -20,6 +20,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    system_user,
     systemd_manager_conf,
     template_vars,
 )
@@ -236,7 +237,7 @@ def _any(*ops):
 def _admin_users(v: dict[str, Any]) -> None:
     for user in v["base_admin_users"]:
         name = user["name"]
-        server.user(
+        system_user(
             name=f"Admin user {name}",
             user=name,
             shell=user.get("shell") or v["base_admin_shell"],

@@ -33,6 +33,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    system_user,
     systemd_manager_conf,
     template_vars,
     unknown_keys,
@@ -502,7 +503,7 @@ def _mount(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
 def _directories(v: dict[str, Any]) -> None:
     for user in v["nvme_cache_service_users"]:
         server.group(name=f"Group {user['group']}", group=user["group"], system=True)
-        server.user(
+        system_user(
             name=f"User {user['name']}",
             user=user["name"],
             group=user["group"],

@@ -32,6 +32,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    system_user,
     template_vars,
 )
 from aicluster.facts.ray import RayNode, command_text
@@ -323,7 +324,7 @@ def deploy() -> None:
 def _install(v: dict[str, Any], family: str, me: Mapping[str, Any]) -> None:
     install_packages("Install Python and venv for Ray", v["ray_packages"], family)
     server.group(name=f"Ray group {v['ray_user']}", group=v["ray_user"], system=True)
-    server.user(
+    system_user(
         name=f"Ray user {v['ray_user']}",
         user=v["ray_user"],
         group=v["ray_user"],

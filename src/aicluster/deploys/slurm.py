@@ -19,7 +19,6 @@ from pyinfra.api import deploy
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.rpm import RpmPackages
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.facts.systemd import SystemdEnabled
 from pyinfra.operations import apt, dnf, files, server, systemd
 
 from aicluster.deploys import (
@@ -38,6 +37,7 @@ from aicluster.facts.slurm import (
     NvidiaDriver,
     SlurmConf,
 )
+from aicluster.facts.system import UnitLoaded
 from aicluster.inventory import Cluster
 from aicluster.render import defaults
 from aicluster.secrets import SecretError, read_secret
@@ -521,7 +521,7 @@ def _daemons(v: dict[str, Any], confs: dict[str, Any], upgrading: bool) -> None:
         )
         systemd.service(name="slurmctld running and enabled", service="slurmctld",
                         running=True, enabled=True)
-    elif "slurmctld.service" in (host.get_fact(SystemdEnabled) or {}):
+    elif host.get_fact(UnitLoaded, unit="slurmctld.service"):
         # Debian's packages enable slurmctld wherever they are installed.
         systemd.service(name="No slurmctld on this node", service="slurmctld",
                         running=False, enabled=False)

@@ -32,6 +32,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,8 @@ def memoize_facts() -> None:
         key = None
         if state is not None and _stage(state) and not rest and not _FUNCTIONS[0]:
             key = fact_key(host, cls, args, kwargs)
+        if key is not None and key not in _memo(state, host.name):
+            _await_prefetch(state, host)
         if STATS_DIR and state is not None:
             why = ("memory" if key is not None and key in _memo(state, host.name)
                    else "read" if key is not None else "read, not memoised")
@@ -334,9 +337,110 @@ def _fact_kwargs(fact, args, kwargs) -> dict[str, Any]:
     return dict(bound.arguments)
 
 
+class _StatGroup:
+    """pyinfra's File, Directory, Link and Socket facts for many paths in one ``stat``
+    (each fact's own command runs ``stat`` once per path). Each path's line is the one
+    its own command prints; a path stat cannot find has none (its fact's default).
+    Only GNU stat (``--version``) prints the closing mark, so elsewhere nothing is
+    taken from this and the facts are read one by one."""
+
+    @staticmethod
+    def command(paths: list[str]) -> str:
+        from pyinfra.facts.files import LINUX_STAT_COMMAND
+
+        fmt = LINUX_STAT_COMMAND.split("'")[1]
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        return (f"if stat --version >/dev/null 2>&1; then "
+                f"stat -c '{_MARK}%n{_MARK} {fmt}' -- {quoted} 2>/dev/null; "
+                f"echo '{_MARK}done'; fi")
+
+    @staticmethod
+    def split(lines: list[str]) -> dict[str, str] | None:
+        if f"{_MARK}done" not in lines:
+            return None
+        out = {}
+        for line in lines:
+            if line.startswith(_MARK) and line != f"{_MARK}done":
+                path, _, rest = line[len(_MARK):].partition(f"{_MARK} ")
+                out[path] = rest
+        return out
+
+
+class _Sha1Group:
+    """pyinfra's Sha1File for many paths in one ``sha1sum``: each path's line is the
+    one its own command prints (``<sha1>  <path>``); a missing file has none."""
+
+    @staticmethod
+    def command(paths: list[str]) -> str:
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        return (f"if command -v sha1sum >/dev/null 2>&1; then "
+                f"sha1sum -- {quoted} 2>/dev/null; echo '{_MARK}done'; fi")
+
+    @staticmethod
+    def split(lines: list[str]) -> dict[str, str] | None:
+        if f"{_MARK}done" not in lines:
+            return None
+        out = {}
+        for line in lines:
+            digest, sep, path = line.partition("  ")
+            if sep and len(digest) == 40:
+                out[path] = line
+        return out
+
+
+#: Facts read together, one command per kind, when their path is plain.
+GROUPED = {"stat": _StatGroup, "sha1": _Sha1Group}
+_GROUP_OF = {
+    "pyinfra.facts.files:File": "stat", "pyinfra.facts.files:Directory": "stat",
+    "pyinfra.facts.files:Link": "stat", "pyinfra.facts.files:Socket": "stat",
+    "pyinfra.facts.files:Sha1File": "sha1",
+}
+#: A path read in a group: absolute, and nothing stat or sha1sum would print quoted
+#: or escaped, nor the group's own mark.
+_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9._+,:=@%/ -]*$")
+
+
+def _group_reads(wanted):
+    """``({kind: {path: [index, ...]}}, the reads run one by one)``."""
+    grouped: dict[str, dict[str, list[int]]] = {}
+    single = []
+    for item in wanted:
+        index, cls, fact, args, kwargs = item[:5]
+        kind = _GROUP_OF.get(f"{cls.__module__}:{cls.__qualname__}")
+        path = _fact_kwargs(fact, args, kwargs).get("path") if kind else None
+        if (isinstance(path, str) and _PLAIN_PATH.match(path) and "@@" not in path
+                and "  " not in path):
+            grouped.setdefault(kind, {}).setdefault(path, []).append(index)
+        else:
+            single.append(item)
+    return grouped, single
+
+
+def _await_prefetch(state, host) -> bool:
+    """Wait while *host*'s one-command read is under way (another host's deploy may ask
+    for this host's facts, e.g. Slurm's cgroup check of every node). True if it waited."""
+    pending = state.__dict__.get("aicluster_prefetching", {}).get(host.name)
+    if pending is None or pending.is_set():
+        return False
+    pending.wait()
+    return True
+
+
 def prefetch_facts(host) -> int:
     """Read, in one command, every fact *host* was asked for in the previous run and
-    put the answers in the memo. Returns how many were prefetched."""
+    put the answers in the memo. Returns how many were prefetched. Reads of this host's
+    facts asked for meanwhile (by other hosts' deploys) wait for it."""
+    import gevent.event
+
+    pending = gevent.event.Event()
+    host.state.__dict__.setdefault("aicluster_prefetching", {})[host.name] = pending
+    try:
+        return _prefetch(host)
+    finally:
+        pending.set()
+
+
+def _prefetch(host) -> int:
     from pyinfra.api.command import StringCommand
     from pyinfra.api.facts import _MISSING_COMMAND_MARKER, _make_command
 
@@ -367,11 +471,26 @@ def prefetch_facts(host) -> int:
         wanted.append((index, cls, fact, args, kwargs, command, requires))
     if not wanted:
         return 0
-    script = batch_command([(i, c, r) for i, _, _, _, _, c, r in wanted])
+    grouped, single = _group_reads(wanted)
+    parts = [(i, c, r) for i, _, _, _, _, c, r in single]
+    group_index = {}
+    for n, (kind, items) in enumerate(grouped.items()):
+        group_index[kind] = len(entries) + n
+        parts.append((group_index[kind], GROUPED[kind].command(list(items)), None))
+    script = batch_command(parts)
     status, output = host.run_shell_command(StringCommand(script))
     if not status:
         return 0
     results = split_output(output.stdout_lines)
+    for kind, items in grouped.items():
+        rc, lines = results.get(group_index[kind], (1, []))
+        answers = GROUPED[kind].split(lines) if rc == 0 else None
+        if answers is None:  # not memoized: read the normal way
+            continue
+        for path, indexes in items.items():
+            line = answers.get(path)
+            for index in indexes:
+                results[index] = (0, [line] if line is not None else [])
     memo = _memo(state, host.name)
     done = 0
     for index, cls, fact, args, kwargs, _, _ in wanted:

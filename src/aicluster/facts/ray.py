@@ -20,10 +20,14 @@ def command_text(venv: str, install_dir: str) -> str:
     ``addresses=A B ...``, the node's own IP addresses."""
     q_venv, q_dir = shlex.quote(venv), shlex.quote(install_dir)
     return (
-        '"$AICLUSTER_RAY_PYTHON" -c '
+        # -I -S: no site-packages, no environment: only the version, and quick.
+        '"$AICLUSTER_RAY_PYTHON" -I -S -c '
         "'import sys; print(\"python=%d.%d.%d\" % sys.version_info[:3])' 2>/dev/null; "
-        f"{q_venv}/bin/python -c "
-        "'import importlib.metadata as m; print(\"ray=\" + m.version(\"ray\"))' 2>/dev/null; "
+        # Ray's version from its installed metadata (what importlib.metadata reads),
+        # without starting the venv's Python.
+        f"for d in {q_venv}/lib/python*/site-packages/ray-*.dist-info; do "
+        '[ -e "$d/METADATA" ] && d=${d##*/ray-} && echo "ray=${d%.dist-info}"; done; '
+        # (a glob that matched nothing leaves $d without METADATA: nothing printed)
         f"sed -n 's#^ExecStart={install_dir}/\\([^/]*\\)/venv/bin/ray start.*#deployed=\\1#p' "
         f"{' '.join(UNITS)} 2>/dev/null; "
         f"ls -1 {q_dir} 2>/dev/null | sed -n 's/^\\([0-9][0-9A-Za-z.+~-]*\\)$/version=\\1/p'; "

@@ -45,3 +45,47 @@ class GlobPaths(FactBase):
 
     def process(self, output):
         return sorted(line for line in (x.strip() for x in output) if line)
+
+
+class UserAccount(FactBase):
+    """One account as pyinfra's ``Users`` fact describes it (home, shell, comment,
+    uid, gid, primary group, secondary groups), or None when there is no such user.
+
+    ``Users`` runs five commands for every account on the node; this reads one, the
+    way ``id`` sees it (through NSS, as useradd and the services do)."""
+
+    def command(self, user: str) -> str:
+        q = shlex.quote(user)
+        return f"getent passwd {q} && id -gn {q} && id -Gn {q} || true"
+
+    def process(self, output):
+        lines = [str(line).rstrip("\n") for line in output if str(line).strip()]
+        if len(lines) < 3:
+            return None
+        entry = lines[0].split(":")
+        if len(entry) < 7:
+            return None
+        group = lines[1].strip()
+        return {
+            "home": entry[5] or None,
+            "comment": entry[4] or None,
+            "shell": entry[6] or None,
+            "uid": int(entry[2]),
+            "gid": int(entry[3]),
+            "group": group,
+            # As Users gives them: the secondary groups only.
+            "groups": [g for g in lines[2].split() if g != group],
+        }
+
+
+class UnitLoaded(FactBase):
+    """Whether systemd knows the unit (its unit file is installed), enabled or not."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "systemctl"
+
+    def command(self, unit: str) -> str:
+        return f"systemctl show --property LoadState --value {shlex.quote(unit)} || true"
+
+    def process(self, output):
+        return "\n".join(output).strip() == "loaded"
