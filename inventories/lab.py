@@ -114,6 +114,12 @@ _storage1 = (
             {"device": f"/dev/disk/by-id/nvme-KIOXIA_KCM7DRUG7T68_X2N0A00{i}"}
             for i in range(1, 5)
         ],
+        # MinIO on the four SATA SSDs of the front bays (XFS, mounted by UUID at
+        # /mnt/minio1..4; never formatted while they hold data; docs/components/minio.md).
+        "minio_drives": [
+            {"device": f"/dev/disk/by-id/ata-SAMSUNG_MZ7L37T6HBLA-00A07_S6EWNA0T10{i}"}
+            for i in range(1, 5)
+        ],
         "hardware": {
             "cpus": 64,
             "memory_gb": 512,
@@ -160,6 +166,17 @@ ceph_mons = ["head", "storage1", "gpu1"]
 ceph_osds = ["storage1"]
 ceph_mds = ["storage1"]
 ceph_clients = ["head", *_gpus]
+# MinIO: one server with four drives (erasure coded across them); the buckets are in
+# group_data/lab.py.
+minio = ["storage1"]
+# k3s: three servers (embedded etcd, started by the head) and GPU agents, on the
+# fabric network (docs/components/k3s.md).
+k3s_servers = ["head", "storage1", "gpu1"]
+k3s_agents = ["gpu2", "gpu3", "gpu4"]
 monitoring = ["head"]
+# Ollama on two GPU nodes (models on their NVMe cache), one endpoint for both through
+# the gateway on the head (docs/components/ollama.md).
+ollama = ["gpu3", "gpu4"]
+ollama_gateway = ["head"]
 
 finish(globals())

@@ -21,6 +21,16 @@ secrets = {
     "minio_root_password": {"env": "AICLUSTER_MINIO_ROOT_PASSWORD"},
 }
 
+# k3s's GPU nodes run NVIDIA's device plugin from the lab's registry mirror.
+k3s_nvidia_device_plugin_image = "registry.lab.internal/nvidia/k8s-device-plugin:v0.17.1"
+
+# MinIO's buckets: the models readable without credentials (from the cluster networks
+# only: the firewall admits nothing else), the checkpoints private and versioned.
+minio_buckets = [
+    {"name": "models", "policy": "download"},
+    {"name": "checkpoints", "versioning": True},
+]
+
 # Time: the head syncs from the internet and serves the cluster.
 base_chrony_server_host = "head"
 

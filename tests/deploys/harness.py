@@ -35,6 +35,8 @@ class PlannedOp:
     conditional: bool
     #: Position in pyinfra's global order: every host runs operation i before i + 1.
     index: int = -1
+    #: Run with ``_serial``: one host at a time.
+    serial: bool = False
 
     @property
     def text(self) -> str:
@@ -142,6 +144,7 @@ def plan(
                     name = op_names[(h.name, op_hash)].split(" | ", 1)[-1]
                     commands = [_command_text(c) for c in op.command_generator()]
                     conditional = bool(op.global_arguments.get("_if"))
-                    ops.append(PlannedOp(name, commands, conditional, index))
+                    serial = bool(state.op_meta[op_hash].global_arguments.get("_serial"))
+                    ops.append(PlannedOp(name, commands, conditional, index, serial))
             result.ops[h.name] = ops
     return result

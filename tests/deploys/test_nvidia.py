@@ -371,8 +371,10 @@ def test_k3s_nodes_are_cordoned_on_a_server(monkeypatch):
     monkeypatch.setattr(nvidia, "driver_change",
                         lambda *a, **kw: (calls.append(kw), real(*a, **kw))[1])
     hosts = [*HOSTS]
+    # k3s GPU nodes run NVIDIA's device plugin from an image the inventory names.
     _plan(nodes=nodes, facts=facts, hosts=hosts,
-          groups={**GROUPS, "k3s_servers": ["head"], "k3s_agents": list(GPUS)})
+          groups={**GROUPS, "k3s_servers": ["head"], "k3s_agents": list(GPUS)},
+          extra={"k3s_nvidia_device_plugin_image": "registry.example.org/k8s-device-plugin:v1"})
     assert {c["k3s_server"] for c in calls} == {"head"}
     cordon = calls[0]["k3s_cordon"]
     assert "k3s kubectl cordon gpu1" in cordon

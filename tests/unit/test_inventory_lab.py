@@ -44,7 +44,12 @@ def test_lab_groups(lab):
         "ceph_osds": {"storage1"},
         "ceph_mds": {"storage1"},
         "ceph_clients": {"head", *GPUS},
+        "minio": {"storage1"},
         "monitoring": {"head"},
+        "k3s_servers": {"head", "gpu1", "storage1"},
+        "k3s_agents": {"gpu2", "gpu3", "gpu4"},
+        "ollama": {"gpu3", "gpu4"},
+        "ollama_gateway": {"head"},
     }
 
 
@@ -110,6 +115,8 @@ def test_components_in_deploy_order(lab):
         "ceph",
         "slurm",
         "ray",
+        "k3s",
+        "ollama",
         "monitoring",
     ]
     assert lab.hosts["gpu1"].components() == [
@@ -122,22 +129,27 @@ def test_components_in_deploy_order(lab):
         "ceph",
         "slurm",
         "ray",
+        "k3s",
     ]
-    assert lab.hosts["storage1"].components() == ["base", "network", "nfs", "ceph"]
+    assert lab.hosts["storage1"].components() == ["base", "network", "nfs", "ceph", "minio",
+                                                   "k3s"]
 
 
 def test_a_host_in_every_group_gets_every_component_in_order(spec):
     spec.hosts = {"n1": spec.node(1)}
     spec.set("n1.hardware.gpus", {"model": "L40S", "count": 4})
     spec.set("n1.hardware.ib_ports", [{"device": "mlx5_0"}])
-    for group in KNOWN_GROUPS:
+    for group in KNOWN_GROUPS - {"k3s_agents"}:  # a k3s server is never an agent too
         spec.set(f"groups.{group}", ["n1"])
+    # k3s on a GPU node runs NVIDIA's device plugin from an image the inventory names.
+    spec.set("all.k3s_nvidia_device_plugin_image", "registry.example.org/k8s-device-plugin:v1")
     spec.set("all.ray_version", "2.60.0")  # a Ray node needs its pinned version
     # NVIDIA GPUs from NVIDIA's CUDA repository need its URL (or a mirror's).
     spec.set("all.nvidia_cuda_repo_url", "https://mirror.example.org/nvidia/cuda/repos")
     spec.set("n1.infiniband_opensm_priority", 15)  # an IB fabric needs a subnet manager
     spec.set("n1.nfs_exports", [{"path": "/srv/shared"}])  # an NFS server exports something
     spec.set("n1.ceph_osd_devices", ["/dev/disk/by-id/nvme-osd"])  # an OSD host names a device
+    spec.set("n1.ollama_gateway_port", 11435)  # Ollama itself listens on 11434 there
     cluster = load_cluster(spec.write())
     assert cluster.hosts["n1"].components() == list(COMPONENT_ORDER)
     assert COMPONENT_ORDER[0] == "base"
@@ -160,6 +172,7 @@ def test_warning_for_several_ollama_nodes_without_a_gateway(spec):
 def test_no_warning_for_several_ollama_nodes_with_a_gateway(spec):
     spec.set("groups.ollama", ["n1", "n2"])
     spec.set("groups.ollama_gateway", ["n1"])
+    spec.set("n1.ollama_gateway_port", 11435)  # Ollama itself listens on 11434 there
     assert load_cluster(spec.write()).warnings == []
 
 

@@ -32,7 +32,7 @@ import pytest
 from aicluster import PROJECT_ROOT, ROLES_DIR
 from aicluster.deploys import template_vars
 from aicluster.inventory import Cluster, ansible_inventory, load_cluster
-from aicluster.render import defaults, os_vars, render
+from aicluster.render import FILTERS, defaults, os_vars, render
 
 LAB = PROJECT_ROOT / "inventories" / "lab.py"
 #: Whether a node is a container decides which files base writes (the chrony drop-in),
@@ -66,6 +66,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ray": {
         "ray_dashboard": False,
         "ray_resources": {"nvswitch": 1, "tpu-v5.lite:0": 0.5},
+    },
+    # k3s: the user's config over the defaults (lists, a boolean, a dropped default),
+    # node labels, an address in front of the servers, another readiness timeout.
+    "k3s": {
+        "k3s_config": {"disable": ["traefik", "servicelb"], "write-kubeconfig-mode": None,
+                       "kubelet-arg": ["max-pods=250"], "secrets-encryption": True},
+        "k3s_node_labels": ["topology.kubernetes.io/zone=rack1"],
+        "k3s_registration_address": "k3s.lab.internal",
+        "k3s_ready_timeout": 300,
     },
     # network: bonds of another mode (no LACP rate), every fast NIC tuned (by MAC on
     # the GPU nodes, by name elsewhere) with other ring sizes.
@@ -101,6 +110,25 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "nvme_cache_fscache": True,
         "nvme_cache_fscache_dir": "fs/cache",
     },
+    # ollama: every interface, a keep-alive in seconds, the user's settings over the
+    # defaults (a boolean, a number, one dropped), models elsewhere, a gateway on every
+    # interface of another port.
+    "ollama": {
+        "ollama_host": "0.0.0.0",
+        "ollama_keep_alive": -1,
+        "ollama_config": {"OLLAMA_FLASH_ATTENTION": True, "OLLAMA_CONTEXT_LENGTH": 8192,
+                          "OLLAMA_ORIGINS": None},
+        "ollama_models": ["llama3.2:3b"],
+        "ollama_models_dir": "/srv/ollama/models",
+        "ollama_gateway_listen": "0.0.0.0",
+        "ollama_gateway_port": 8080,
+    },
+    # minio: the user's settings over the defaults (one dropped), another root user.
+    "minio": {
+        "minio_config": {"MINIO_UPDATE": None, "MINIO_STORAGE_CLASS_STANDARD": "EC:2",
+                         "MINIO_BROWSER": False},
+        "minio_root_user": "s3-admin",
+    },
     "base": {
         "base_chrony_upstream": [],
         "base_firewall_ssh_sources": ["192.0.2.0/24", "2001:db8::/32"],
@@ -118,6 +146,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
             {"name": "dev", "ssh_keys": [_KEY.format(3, "dev")]},
         ],
     },
+}
+
+#: Values a deploy computes on the deploying machine just before it renders, never in the
+#: inventory (so not in template_vars): a stand-in for MinIO's root password.
+DEPLOY_VALUES: dict[str, dict[str, Any]] = {
+    "minio": {"minio_root_password": "parity-stand-in-password"},
 }
 
 #: Templates written once per item of a list, with the item in a loop variable
@@ -183,7 +217,10 @@ def _cases(cluster: Cluster) -> list[Case]:
                             component=component,
                             host=name,
                             family=family,
-                            variables=template_vars(component, cluster, name, host_data, family),
+                            variables={
+                                **template_vars(component, cluster, name, host_data, family),
+                                **DEPLOY_VALUES.get(component, {}),
+                            },
                         )
                     )
     return cases
@@ -193,7 +230,9 @@ def _variables_read(component: str, template: str) -> frozenset[str] | None:
     """The variables a template reads, or None when it includes other templates
     (then every variable counts)."""
     source = (ROLES_DIR / component / "templates" / template).read_text()
-    ast = jinja2.Environment().parse(source)
+    env = jinja2.Environment()
+    env.filters.update(FILTERS)  # the filters templates may use (aicluster.render)
+    ast = env.parse(source)
     if any(ast.find_all((jinja2.nodes.Include, jinja2.nodes.Import, jinja2.nodes.Extends))):
         return None
     return frozenset(jinja2.meta.find_undeclared_variables(ast))

@@ -1,0 +1,651 @@
+"""k3s: a Kubernetes cluster from k3s's pinned release binary, servers and agents.
+
+Defaults: roles/k3s/defaults/main.yml. Templates: roles/k3s/templates/.
+
+Servers (``k3s_servers``): with three or more, the first starts embedded etcd
+(``cluster-init: true``) and the others join it (``server:``); one server keeps its
+state in SQLite. Agents (``k3s_agents``) join the first server, or
+``k3s_registration_address``. Every node authenticates with the cluster token: a
+secret generated once on the deploying machine (``secrets.k3s_token`` in the
+inventory, else ``~/.local/share/aicluster/<cluster_name>/k3s-token``), written to
+the node as a file of mode 0600 that config.yaml names (``token-file``), never shown.
+
+The binary and the air-gap images come from the deploying machine
+(:mod:`aicluster.artifacts`): the binary is staged beside the running one and put in
+place by the rollout, so a version bump never replaces a running binary behind the
+cluster's back.
+
+The rollout. Servers one at a time (the first first: a fresh cluster-init server
+before those that join it), then agents: a fresh agent starts (all together), a node
+whose binary changes is cordoned and drained on a server, gets the new binary, is
+restarted, waits until it reports Ready and is uncordoned; a node whose config, unit
+or token file changed is restarted and waited for, one at a time. A node that fails
+stops the rollout: no later node is touched. Nothing restarts when nothing changed.
+What to do on a node is decided by :func:`decide` from the inventory and the node's
+:class:`~aicluster.facts.k3s.K3sNode` fact; the Ansible role calls the same function
+through its filter plugin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import re
+import shlex
+from collections.abc import Mapping
+from io import StringIO
+from typing import Any
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
+from pyinfra.facts.server import LinuxDistribution
+from pyinfra.operations import files, systemd
+from pyinfra.operations.util import any_changed
+
+from aicluster import artifacts
+from aicluster.deploys import (
+    current_cluster,
+    install_packages,
+    layered,
+    os_family,
+    put_template,
+    template_vars,
+)
+from aicluster.deploys.nvme_cache import refuse
+from aicluster.facts.k3s import BINARY, TOKEN_FILE, K3sNode, command_text
+from aicluster.inventory import NETWORK_NAMES, VERSION_RE, Cluster
+from aicluster.render import defaults
+from aicluster.secrets import SecretError, read_secret
+
+CONFIG_DIR = "/etc/rancher/k3s"
+CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
+UNIT_DIR = "/etc/systemd/system"
+#: The release binary as shipped, beside the one in use until the rollout swaps it.
+STAGED_BINARY = "/usr/local/lib/aicluster/k3s/k3s"
+#: The node's rollout helper (install the staged binary, restart, wait until Ready).
+TOOL = "/usr/local/sbin/aicluster-k3s"
+IMAGES_DIR = "/var/lib/rancher/k3s/agent/images"
+MANIFESTS_DIR = "/var/lib/rancher/k3s/server/manifests"
+#: The auto-deploy manifests of GPU clusters (written on every server).
+MANIFESTS = {
+    "aicluster-nvidia-runtimeclass.yaml": "nvidia-runtimeclass.yaml.j2",
+    "aicluster-nvidia-device-plugin.yaml": "nvidia-device-plugin.yaml.j2",
+}
+#: The label GPU nodes register with; the device plugin DaemonSet selects it.
+GPU_LABEL = "nvidia.com/gpu.present=true"
+#: Annotation that marks a cordon as the k3s rollout's (never an admin's cordon).
+ANNOTATION = "aicluster.io/k3s-rollout"
+#: The secret's name in the inventory's ``secrets``.
+TOKEN_SECRET = "k3s_token"
+TOKEN_CONTEXT = b"aicluster k3s cluster token v1"
+#: config.yaml keys aicluster computes (the inventory sets them another way).
+COMPUTED_KEYS = {
+    "node-name": "the inventory host name",
+    "node-ip": "k3s_network",
+    "flannel-iface": "k3s_network (the interface holding the node address)",
+    "server": "k3s_servers and k3s_registration_address",
+    "cluster-init": "the number of k3s_servers (three or more: embedded etcd)",
+    "token": "secrets.k3s_token",
+    "token-file": "secrets.k3s_token",
+    "agent-token": "secrets.k3s_token",
+    "agent-token-file": "secrets.k3s_token",
+    "node-label": "k3s_node_labels",
+}
+CONFIG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+LABEL_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+    r"=([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+)
+HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:@-]*$")
+#: Settings every k3s node must share.
+CLUSTER_KEYS = ("k3s_version", "k3s_network", "k3s_registration_address", "k3s_api_port",
+                "k3s_nvidia_device_plugin_image")
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the whole inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def servers(cluster: Cluster) -> list[str]:
+    return list(cluster.group("k3s_servers"))
+
+
+def agents(cluster: Cluster) -> list[str]:
+    return [h for h in cluster.group("k3s_agents") if h not in cluster.group("k3s_servers")]
+
+
+def k3s_hosts(cluster: Cluster) -> list[str]:
+    """Every k3s node in rollout order: servers (the first first), then agents."""
+    return [*servers(cluster), *agents(cluster)]
+
+
+def _node_address(cluster: Cluster, name: str, network: str) -> str | None:
+    h = cluster.hosts[name]
+    return h.address if network == "management" else h.network_address(network)
+
+
+def k3s_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
+    """The network k3s runs on: the inventory's ``k3s_network``, or fabric when every
+    k3s node has an address there, else management."""
+    chosen = layered("k3s", data)["k3s_network"]
+    if chosen:
+        return str(chosen)
+    nodes = k3s_hosts(cluster)
+    if nodes and all(_node_address(cluster, h, "fabric") for h in nodes):
+        return "fabric"
+    return "management"
+
+
+def interface_name(cluster: Cluster, host_name: str, network: str) -> str:
+    """The kernel name of the interface holding the host's address on ``network``, when
+    the inventory gives it (a NIC by name, a bond, a VLAN); "" when it gives a NIC by
+    MAC only or the port is IPoIB (the deploy then reads it from the node)."""
+    if network == "management":
+        return ""
+    from aicluster.deploys.network import interfaces
+
+    for item in interfaces(cluster, host_name, cluster.hosts[host_name].data):
+        if item.get("network") == network and item.get("addresses") and item.get("name"):
+            return str(item["name"])
+    return ""
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def token_ref(cluster: Cluster) -> dict[str, str]:
+    """Where the cluster token is: the inventory's ``secrets.k3s_token``, else a file on
+    the deploying machine, ``~/.local/share/aicluster/<cluster_name>/k3s-token``."""
+    secret = cluster.spec.secrets.get(TOKEN_SECRET)
+    if secret is not None:
+        return secret.model_dump(exclude_none=True)
+    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/k3s-token"}
+
+
+def has_gpus(cluster: Cluster, name: str) -> bool:
+    return cluster.hosts[name].spec.hardware.gpus.count > 0
+
+
+def node_config(v: Mapping[str, Any], *, role: str, host_name: str, node_ip: str,
+                iface: str, cluster_init: bool, server_url: str, gpu: bool,
+                tls_san: list[str]) -> dict[str, Any]:
+    """config.yaml as a dict: the defaults, the inventory's ``k3s_config`` over them (a
+    null value drops a key), then what aicluster computes."""
+    out: dict[str, Any] = dict(v["k3s_default_config"] or {})
+    if role == "server":
+        out.update(v["k3s_server_default_config"] or {})
+    for key, value in (v["k3s_config"] or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    out["node-name"] = host_name
+    out["node-ip"] = node_ip
+    out["token-file"] = TOKEN_FILE
+    if iface:
+        out["flannel-iface"] = iface
+    if cluster_init:
+        out["cluster-init"] = True
+    if server_url:
+        out["server"] = server_url
+    if role == "server" and tls_san:
+        out["tls-san"] = [*[s for s in out.get("tls-san") or [] if s not in tls_san], *tls_san]
+    labels = [*(v["k3s_node_labels"] or []), *([GPU_LABEL] if gpu else [])]
+    if labels:
+        out["node-label"] = list(dict.fromkeys(labels))
+    return out
+
+
+def admin_server(cluster: Cluster, host_name: str) -> str:
+    """The server that cordons, drains and uncordons ``host_name``: the first server
+    that is not the node itself (the node itself in a one-server cluster)."""
+    others = [s for s in servers(cluster) if s != host_name]
+    return others[0] if others else host_name
+
+
+def drain_command(node: str, timeout: int) -> str:
+    """Run on a server: cordon and drain ``node`` unless an administrator cordoned it
+    (the annotation marks the cordon as the rollout's, so only ours is lifted)."""
+    k = "k3s kubectl"
+    q = shlex.quote(node)
+    return (
+        f"if ! {k} get node {q} >/dev/null 2>&1; then echo '{node}: not registered yet; "
+        "nothing to drain'; "
+        f"elif [ \"$({k} get node {q} -o jsonpath='{{.spec.unschedulable}}')\" = true ] && "
+        f"[ -z \"$({k} get node {q} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
+        f"k3s-rollout}}')\" ]; then echo '{node}: cordoned by an administrator; it stays "
+        f"cordoned'; else {k} annotate --overwrite node {q} {ANNOTATION}=upgrade && "
+        f"{k} cordon {q} && {k} drain {q} --ignore-daemonsets --delete-emptydir-data "
+        f"--timeout={int(timeout)}s; fi"
+    )
+
+
+def uncordon_command(node: str) -> str:
+    k = "k3s kubectl"
+    q = shlex.quote(node)
+    return (
+        f"if [ -n \"$({k} get node {q} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
+        f"k3s-rollout}}' 2>/dev/null)\" ]; then {k} uncordon {q} && {k} annotate node {q} "
+        f"{ANNOTATION}-; else echo '{node}: not cordoned by the rollout; left as it is'; fi"
+    )
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("k3s", data)
+    srv = servers(cluster)
+    role = "server" if host_name in srv else "agent"
+    first = srv[0] if srv else host_name
+    first_data = cluster.hosts[first].data
+    first_v = layered("k3s", first_data)
+    network = k3s_network(cluster, first_data)
+    node_ip = _node_address(cluster, host_name, network) or cluster.hosts[host_name].address
+    first_ip = _node_address(cluster, first, network) or cluster.hosts[first].address
+    registration = str(first_v["k3s_registration_address"] or "")
+    port = int(first_v["k3s_api_port"])
+    cluster_init = host_name == first and len(srv) >= 3
+    # The first server joins nobody (not even the address in front of the servers).
+    server_url = "" if host_name == first else (
+        f"https://{_url_host(registration or first_ip)}:{port}")
+    iface = interface_name(cluster, host_name, network)
+    gpu = has_gpus(cluster, host_name)
+    config = node_config(
+        v, role=role, host_name=host_name, node_ip=node_ip, iface=iface,
+        cluster_init=cluster_init, server_url=server_url, gpu=gpu,
+        tls_san=[registration] if registration else [],
+    )
+    unit = "k3s" if role == "server" else "k3s-agent"
+    admin = admin_server(cluster, host_name)
+    return {
+        "k3s_cluster_name": cluster.spec.cluster_name,
+        "k3s_role": role,
+        "k3s_unit": unit,
+        "k3s_first_server": first,
+        "k3s_cluster_init": cluster_init,
+        "k3s_server_url": server_url,
+        "k3s_network_name": network,
+        "k3s_node_ip": node_ip,
+        "k3s_flannel_iface": iface,
+        "k3s_node_config": config,
+        "k3s_gpu": gpu,
+        "k3s_gpu_cluster": any(has_gpus(cluster, h) for h in k3s_hosts(cluster)),
+        "k3s_rollout_order": k3s_hosts(cluster),
+        "k3s_admin_server": admin,
+        "k3s_drain_command": drain_command(host_name, int(v["k3s_drain_timeout"])),
+        "k3s_uncordon_command": uncordon_command(host_name),
+        "k3s_token_ref": token_ref(cluster),
+        "k3s_token_file": TOKEN_FILE,
+        "k3s_config_file": CONFIG_FILE,
+        "k3s_binary": BINARY,
+        "k3s_staged_binary": STAGED_BINARY,
+        "k3s_tool": TOOL,
+        "k3s_images_dir": IMAGES_DIR,
+        "k3s_manifests_dir": MANIFESTS_DIR,
+        "k3s_manifests": dict(MANIFESTS),
+        # What the Ansible role runs to read the node (the pyinfra fact's command).
+        "k3s_fact_command": command_text(unit, node_ip),
+        **artifacts.derived_vars(cluster, host_name, "k3s", data),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Inventory checks
+# ---------------------------------------------------------------------------
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """k3s's own checks of the inventory (host and field named)."""
+    errors: list[str] = []
+    nodes = k3s_hosts(cluster)
+    if not nodes:
+        return errors
+    agent_group = set(cluster.group("k3s_agents"))
+    for name in servers(cluster):
+        if name in agent_group:
+            errors.append(
+                f"host {name!r}: groups: is in both k3s_servers and k3s_agents; a server "
+                "runs workloads too: name it in k3s_servers only"
+            )
+    srv = servers(cluster)
+    if len(srv) == 2:
+        errors.append(
+            f"host {srv[1]!r}: groups: k3s_servers has 2 hosts; embedded etcd needs a "
+            "majority, so two servers fail when either does: give 1 server (SQLite) or "
+            "3 or more (embedded etcd)"
+        )
+    first = nodes[0]
+    first_v = layered("k3s", cluster.hosts[first].data)
+    gpu_nodes = set(cluster.group("gpu_nodes"))
+    for name in nodes:
+        data = cluster.hosts[name].data
+        v = layered("k3s", data)
+        where = f"host {name!r}"
+        version = v["k3s_version"]
+        if not version or not isinstance(version, str) or not VERSION_RE.match(version):
+            errors.append(
+                f"{where}: k3s_version: {version!r} is not a k3s release (like "
+                "'1.36.4+k3s1', without the leading v); pin it in group_data"
+            )
+        for key in CLUSTER_KEYS:
+            if name != first and v[key] != first_v[key]:
+                errors.append(
+                    f"{where}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
+                    f"{first!r}; it must be the same on every k3s node (set it in group_data)"
+                )
+        network = v["k3s_network"]
+        if network:
+            if network not in NETWORK_NAMES or network not in cluster.spec.networks:
+                errors.append(
+                    f"{where}: k3s_network: {network!r} is not a network of this inventory; "
+                    f"declared: {', '.join(cluster.spec.networks)}"
+                )
+            elif not _node_address(cluster, name, network):
+                errors.append(
+                    f"{where}: k3s_network: the host has no address on the {network} "
+                    "network (node-ip); give it one in hardware.nics, or choose another "
+                    "k3s_network"
+                )
+        reg = v["k3s_registration_address"]
+        if reg and not _address_or_name(reg):
+            errors.append(f"{where}: k3s_registration_address: {reg!r} is not an IP "
+                          "address or a DNS name")
+        port = v["k3s_api_port"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            errors.append(f"{where}: k3s_api_port: {port!r} is not a port (1-65535)")
+        for key in ("k3s_ready_timeout", "k3s_drain_timeout", "k3s_token_bytes"):
+            value = v[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                errors.append(f"{where}: {key}: {value!r} is not a positive integer")
+        if isinstance(v["k3s_token_bytes"], int) and 0 < v["k3s_token_bytes"] < 16:
+            errors.append(f"{where}: k3s_token_bytes: {v['k3s_token_bytes']} is too few "
+                          "for a cluster secret; give 16 or more")
+        for key in ("k3s_default_config", "k3s_server_default_config", "k3s_config"):
+            errors += _check_config(where, key, v[key])
+        labels = v["k3s_node_labels"]
+        if not isinstance(labels, list) or not all(
+            isinstance(x, str) and LABEL_RE.match(x) for x in labels
+        ):
+            errors.append(f"{where}: k3s_node_labels: must be a list of 'key=value' node "
+                          "labels such as 'topology.kubernetes.io/zone=rack1'")
+        if has_gpus(cluster, name):
+            if name not in gpu_nodes:
+                errors.append(
+                    f"{where}: hardware.gpus: the host has GPUs and runs k3s but is not in "
+                    "gpu_nodes; add it there so the nvidia component installs the driver "
+                    "and the container toolkit k3s's containerd uses"
+                )
+            elif data.get("nvidia_container_toolkit") is False:
+                errors.append(
+                    f"{where}: nvidia_container_toolkit: false, but the host runs k3s with "
+                    "GPUs: k3s's containerd needs the NVIDIA container runtime"
+                )
+            image = v["k3s_nvidia_device_plugin_image"]
+            if not image:
+                errors.append(
+                    f"{where}: k3s_nvidia_device_plugin_image: not set, and the host runs "
+                    "k3s with GPUs; name NVIDIA's k8s-device-plugin image (or your "
+                    "registry's copy) in group_data"
+                )
+            elif not isinstance(image, str) or not IMAGE_RE.match(image):
+                errors.append(f"{where}: k3s_nvidia_device_plugin_image: {image!r} is not "
+                              "an image reference")
+    return errors
+
+
+def _address_or_name(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        return bool(HOST_RE.match(value))
+
+
+def _check_config(where: str, key: str, config: Any) -> list[str]:
+    if not isinstance(config, Mapping):
+        return [f"{where}: {key}: must be a mapping of k3s settings (config.yaml keys)"]
+    errors = []
+    for name, value in config.items():
+        if not isinstance(name, str) or not CONFIG_KEY_RE.match(name):
+            errors.append(f"{where}: {key}: {name!r} is not a k3s setting name "
+                          "(lowercase letters, digits and '-', as in 'disable')")
+        elif name in COMPUTED_KEYS:
+            errors.append(
+                f"{where}: {key}.{name}: aicluster sets {name} itself (from "
+                f"{COMPUTED_KEYS[name]}); remove it here"
+            )
+        elif not _config_value(value):
+            errors.append(f"{where}: {key}.{name}: {value!r} is not a string, number, "
+                          "boolean or list of strings")
+    return errors
+
+
+def _config_value(value: Any) -> bool:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    return isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value)
+
+
+# ---------------------------------------------------------------------------
+# The token (deploying machine only) and the decision (both engines)
+# ---------------------------------------------------------------------------
+
+
+def token_text(secret: bytes) -> str:
+    """The cluster token from the secret: a secret of printable text (an existing
+    cluster's token in an environment variable) as it is; random bytes (the file made
+    on the first deploy) as a hex digest derived from them."""
+    try:
+        text = secret.decode("ascii").strip()
+    except UnicodeDecodeError:
+        text = ""
+    if text and text.isprintable() and not any(c.isspace() for c in text):
+        return text
+    return hmac.new(secret, TOKEN_CONTEXT, hashlib.sha256).hexdigest()
+
+
+def cluster_token(ref: Mapping[str, Any], size: int) -> str:
+    """The cluster token (generated once when the inventory names a file that does not
+    exist). Raises SecretError naming the secret, never its value."""
+    return token_text(read_secret({TOKEN_SECRET: dict(ref)}, TOKEN_SECRET,
+                                  generate_bytes=int(size)))
+
+
+def token_file_text(token: str) -> str:
+    return token + "\n"
+
+
+def token_digest(token: str) -> str:
+    """What the node's fact prints for the token file (never the token)."""
+    return hashlib.sha256(token_file_text(token).encode()).hexdigest()
+
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    m = re.match(r"^v?(\d+)\.(\d+)\.", str(version or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def decide(v: Mapping[str, Any], node: Mapping[str, Any], digest: str) -> dict[str, Any]:
+    """What to do on one node, from the inventory's values, its K3sNode fact and the
+    digest of the cluster token.
+
+    ``action``: ``start`` (k3s does not run: put the binary in place, enable, start,
+    wait until Ready), ``upgrade`` (it runs another binary: drain, swap, restart, wait,
+    uncordon), ``restart`` (it runs the wanted binary: restarted, and waited for, only
+    when its config, unit or token file changes); ``iface``: flannel's interface
+    (the inventory's, else the node's); ``problems``: why nothing may be done here.
+    """
+    name = v["inventory_hostname"]
+    problems = []
+    files_ = v.get("k3s_artifact_files") or {}
+    wanted = (files_.get("k3s") or {}).get("sha256", "")
+    running = node.get("active") in ("active", "activating", "reloading")
+    have = _minor(node.get("version"))
+    want = _minor(v["k3s_version"])
+    if running and node.get("binary") and node.get("binary") != wanted and have and want:
+        if want < have:
+            problems.append(
+                f"host {name!r}: k3s_version: {v['k3s_version']} is older than the "
+                f"{node.get('version')} the node runs; Kubernetes cannot be downgraded"
+            )
+        elif want[0] != have[0] or want[1] > have[1] + 1:
+            problems.append(
+                f"host {name!r}: k3s_version: {v['k3s_version']} skips a minor version "
+                f"after the {node.get('version')} the node runs; Kubernetes upgrades one "
+                "minor version at a time: pin each minor release in turn"
+            )
+    if running and node.get("token") and node.get("token") != digest:
+        problems.append(
+            f"host {name!r}: secrets.k3s_token: the node runs k3s with another cluster "
+            f"token ({TOKEN_FILE}); a running cluster's token is changed with `k3s token "
+            "rotate` on a server, then the secret updated to match, never by a deploy"
+        )
+    iface = v["k3s_flannel_iface"] or node.get("iface") or ""
+    if running:
+        action = "upgrade" if node.get("binary") != wanted else "restart"
+    else:
+        action = "start"
+    return {"action": action, "iface": iface, "problems": problems}
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+#: Per pyinfra state: hosts whose rollout began, and those where it ended well.
+_STARTED: dict[int, set[str]] = {}
+_DONE: dict[int, set[str]] = {}
+
+
+@operation(is_idempotent=False)
+def rollout(step: str, admin: str = "", drain: str = "", uncordon: str = "",
+            order: tuple[str, ...] = ()):
+    """One node's turn: (drain on ``admin``), ``aicluster-k3s <step>`` on the node
+    (swap the binary in, (re)start, wait until Ready), (uncordon on ``admin``). Run with
+    ``_serial=True`` it goes one node at a time, and no node starts after a node
+    earlier in ``order`` failed."""
+
+    def _guard(state, host):
+        earlier = set(order[: order.index(host.name)]) if host.name in order else set()
+        failed = sorted((_STARTED.get(id(state), set()) & earlier)
+                        - _DONE.get(id(state), set()))
+        if failed:
+            host.log_styled(
+                f"k3s: not touching this node: {', '.join(failed)} failed earlier in the "
+                "rollout (see above)", fg="red", log_func=logger.error)
+            return False
+        _STARTED.setdefault(id(state), set()).add(host.name)
+        return True
+
+    def _on_server(state, host, server_name, command):
+        other = state.inventory.get_host(server_name)
+        if not other.connected:
+            other.connect()
+        ok, _output = other.run_shell_command(StringCommand(command), print_output=True)
+        return bool(ok)
+
+    def _finished(state, host):
+        _DONE.setdefault(id(state), set()).add(host.name)
+        return True
+
+    if not step:
+        return
+    yield FunctionCommand(_guard, (), {})
+    if drain:
+        yield FunctionCommand(_on_server, (admin, drain), {})
+    yield StringCommand(TOOL, step)
+    if uncordon:
+        yield FunctionCommand(_on_server, (admin, uncordon), {})
+    yield FunctionCommand(_finished, (), {})
+
+
+@deploy("k3s", data_defaults=defaults("k3s"))
+def deploy() -> None:
+    cluster = current_cluster()
+    data = host.data.dict()
+    if "k3s" not in cluster.hosts[host.name].components():
+        return
+    family = os_family(host.get_fact(LinuxDistribution))
+    v = template_vars("k3s", cluster, host.name, data, family)
+    node = host.get_fact(K3sNode, unit=v["k3s_unit"], node_ip=v["k3s_node_ip"])
+    try:
+        token = cluster_token(v["k3s_token_ref"], v["k3s_token_bytes"])
+    except SecretError as exc:
+        refuse([f"host {host.name!r}: k3s: {exc}"])
+        return
+    plan = decide(v, node, token_digest(token))
+    if plan["problems"]:
+        refuse(plan["problems"])
+        return
+    if plan["iface"] and "flannel-iface" not in v["k3s_node_config"]:
+        v["k3s_node_config"] = {**v["k3s_node_config"], "flannel-iface": plan["iface"]}
+    server = v["k3s_role"] == "server"
+
+    if v["k3s_packages"]:
+        install_packages("Packages k3s needs", v["k3s_packages"], family)
+    for path in (CONFIG_DIR, STAGED_BINARY.rsplit("/", 1)[0], IMAGES_DIR):
+        files.directory(name=f"k3s directory {path}", path=path, mode="755")
+    artifacts.put("k3s", "k3s", STAGED_BINARY, mode="755",
+                  op_name=f"Stage the k3s {v['k3s_version']} binary")
+    if "images" in v["k3s_artifact_files"]:
+        art = v["k3s_artifact_files"]["images"]
+        artifacts.put("k3s", "images", f"{IMAGES_DIR}/{art['filename']}", mode="644",
+                      op_name=f"k3s {v['k3s_version']} air-gap images")
+    put_template("k3s", "aicluster-k3s.j2", TOOL, v, mode="755",
+                 name="The k3s rollout helper (swap the binary, restart, wait until Ready)")
+    token_file = files.put(
+        name="k3s cluster token (mode 0600, never shown)",
+        src=StringIO(token_file_text(token)),
+        dest=TOKEN_FILE, mode="600", user="root", group="root",
+    )
+    config = put_template("k3s", "config.yaml.j2", CONFIG_FILE, v, mode="600",
+                          name=f"k3s {v['k3s_role']} config.yaml")
+    unit = put_template("k3s", f"{v['k3s_unit']}.service.j2",
+                        f"{UNIT_DIR}/{v['k3s_unit']}.service", v,
+                        name=f"The {v['k3s_unit']} unit")
+    systemd.daemon_reload(name="Reload systemd units (k3s unit changed)", _if=unit.did_change)
+    if server:
+        files.directory(name=f"k3s auto-deploy manifests {MANIFESTS_DIR}", path=MANIFESTS_DIR,
+                        mode="700")
+        for dest, template in host.loop(MANIFESTS.items()):
+            if v["k3s_gpu_cluster"]:
+                put_template("k3s", template, f"{MANIFESTS_DIR}/{dest}", v, mode="600",
+                             name=f"GPU manifest {dest} (k3s applies it)")
+            else:
+                files.file(name=f"No GPU manifest {dest} (no k3s node has GPUs)",
+                           path=f"{MANIFESTS_DIR}/{dest}", present=False)
+
+    # The rollout, in three turns every k3s node takes part in (pyinfra orders the
+    # operations of all hosts as one graph of each host's own sequence, so a turn all
+    # nodes call comes after everything any node did before it): the servers, one at a
+    # time (the first first); fresh agents, together; agents that change, one at a time.
+    order = tuple(v["k3s_rollout_order"])
+    action = plan["action"]
+    role = "servers" if server else "agents"
+    turn: dict[str, Any] = {"step": action, "order": order}
+    if action == "upgrade":
+        turn.update(admin=v["k3s_admin_server"], drain=v["k3s_drain_command"],
+                    uncordon=v["k3s_uncordon_command"])
+        name = (f"k3s {role}: upgrade one node at a time (drain, new binary, restart, "
+                "Ready, uncordon)")
+    elif action == "restart":
+        turn["_if"] = any_changed(config, unit, token_file)
+        name = f"k3s {role}: restart one node at a time (its config, unit or token changed)"
+    else:
+        name = f"k3s {role}: start one node at a time (Ready before the next)"
+    idle: dict[str, Any] = {"step": "", "order": order}
+    fresh_agent = not server and action == "start"
+    changing_agent = not server and not fresh_agent
+    # One call per turn (the same operation on every node), each with this node's part.
+    rollout(name=name if server else "k3s servers' turn (agents wait)", _serial=True,
+            **(turn if server else idle))
+    rollout(name="k3s agents: start (Ready)" if fresh_agent else "k3s agents: start (none here)",
+            **(turn if fresh_agent else idle))
+    rollout(name=name if changing_agent else "k3s agents' turn (servers are done)",
+            _serial=True, **(turn if changing_agent else idle))
+    systemd.service(name=f"{v['k3s_unit']} running and enabled", service=v["k3s_unit"],
+                    running=True, enabled=True)
