@@ -110,11 +110,38 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "ray_resources_json": (
             json.dumps(resources, sort_keys=True, separators=(",", ":")) if resources else ""
         ),
+        "ray_temp_path": temp_path(cluster, head_v),
         "ray_pip_requirement": _requirement(v),
         "ray_pip_install_command": pip_install_command(venv, v),
         "ray_head_wait_command": head_wait_command(venv, head_address),
         "ray_fact_command": command_text(venv, v["ray_install_dir"]),
     }
+
+
+#: Ray's own temporary directory when it is given none.
+RAY_DEFAULT_TEMP = "/tmp/ray"
+
+
+def temp_path(cluster: Cluster, head_v: Mapping[str, Any]) -> str:
+    """Ray's temporary directory, one path for the whole cluster: a worker node takes
+    the head's and fails to start where it cannot create it (a head whose temporary
+    directory is on its NVMe cache, workers without one). The inventory's
+    ``ray_temp_dir`` (on the head), else the cache's ray directory when every Ray node
+    has the NVMe cache, else Ray's default."""
+    if head_v.get("ray_temp_dir"):
+        return str(head_v["ray_temp_dir"]).rstrip("/") or "/"
+    from aicluster.deploys import nvme_cache
+
+    cached = set()
+    for name in cluster.group("ray_head") + cluster.group("ray_workers"):
+        host = cluster.hosts[name]
+        if "nvme_cache" not in host.components():
+            return RAY_DEFAULT_TEMP
+        cache = nvme_cache.derived_vars(cluster, name, host.data)
+        if not cache["nvme_cache_enabled"]:
+            return RAY_DEFAULT_TEMP
+        cached |= {path for var, path in cache["nvme_cache_environment"] if var == "RAY_TMPDIR"}
+    return cached.pop() if len(cached) == 1 else RAY_DEFAULT_TEMP
 
 
 def _url_host(address: str) -> str:
@@ -290,6 +317,15 @@ def deploy() -> None:
     is_head = v["ray_node_role"] == "head"
 
     _install(v, family, me)
+    if v["ray_temp_path"] != RAY_DEFAULT_TEMP:
+        # The same path on every Ray node: workers use the head's.
+        files.directory(
+            name=f"Ray's temporary directory {v['ray_temp_path']}",
+            path=v["ray_temp_path"],
+            user=v["ray_user"],
+            group=v["ray_user"],
+            mode="755",
+        )
 
     # The upgrade order: workers stop, the head switches and restarts, workers rejoin.
     # pyinfra orders operations as a graph of each host's own sequence; the wait below
