@@ -35,3 +35,15 @@ def test_every_ray_node_with_the_cache_uses_the_caches_ray_directory():
 
 def test_the_inventory_names_it():
     assert temp_path(LAB, {"ray_temp_dir": "/srv/ray-tmp/"}) == "/srv/ray-tmp"
+
+
+def test_a_relative_temp_dir_is_refused_naming_host_and_field():
+    from aicluster.deploys.ray import validate
+
+    cluster = dataclasses.replace(LAB, hosts={
+        **LAB.hosts,
+        "gpu1": dataclasses.replace(LAB.hosts["gpu1"],
+                                    data={**LAB.hosts["gpu1"].data, "ray_temp_dir": "tmp/ray"}),
+    })
+    errors = validate(cluster)
+    assert any(e.startswith("host 'gpu1': ray_temp_dir: 'tmp/ray'") for e in errors), errors

@@ -164,6 +164,13 @@ def validate(cluster: Cluster) -> list[str]:
     for name in nodes:
         v = layered("ray", cluster.hosts[name].data)
         where = f"host {name!r}"
+        temp = v["ray_temp_dir"]
+        if temp and (not isinstance(temp, str) or not temp.startswith("/")
+                     or any(c.isspace() for c in temp)):
+            errors.append(
+                f"{where}: ray_temp_dir: {temp!r} is not an absolute path without spaces "
+                "(Ray's temporary directory, the same on every Ray node)"
+            )
         version = v["ray_version"]
         if not version:
             errors.append(
