@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from tests.e2e.checks import (
     RAY_VERSION,
+    add_nfs_disk,
     assert_base,
     assert_network,
+    assert_nfs,
     assert_nvidia_skipped,
     assert_ray,
     assert_slurm,
@@ -25,6 +27,7 @@ def _playbook():
 
 def test_playbook_then_rerun_changes_nothing(testbed):
     make_standin_gpus(testbed)
+    add_nfs_disk(testbed)
     first = _playbook()
     changed = ansible_changed(first.stdout)
     assert set(changed) >= {"node1", "node2"}
@@ -32,6 +35,7 @@ def test_playbook_then_rerun_changes_nothing(testbed):
     assert_base(testbed)
     assert_network(testbed, first.stdout)
     assert_nvidia_skipped(testbed, first.stdout)
+    assert_nfs(testbed, first.stdout)
     assert_ray(testbed, RAY_VERSION)
     ray_started = ray_start_times(testbed)
     assert_slurm(testbed)

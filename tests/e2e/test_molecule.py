@@ -11,6 +11,12 @@ destroys itself (destroy, syntax, create, converge, idempotence, verify, destroy
   why, writes nothing; the idempotence pass changes nothing.
 - nvme_cache: each node's empty STAND-IN drive (a loop device) becomes the XFS cache,
   mounted by UUID with nofail; a second converge changes nothing.
+- ceph: each node's empty 10 GiB STAND-IN disk (a sparse loop device) becomes an OSD
+  (ceph-volume raw); monitor, manager and MDS on node1; verify checks both OSDs up, a
+  rados round trip and the ceph-fuse mounts; a second converge changes nothing.
+- nfs: node1 serves a directory of its NVMe cache (a STAND-IN drive) with nfs-ganesha;
+  node2 (no kernel NFS client) mounts nothing and says why; verify writes and reads a
+  file from node2 through ganesha with libnfs, checksums equal.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from tests.e2e.conftest import BIN, ROOT, run
 
 
 @pytest.mark.parametrize(
-    "role", ["base", "network", "infiniband", "nvidia", "nvme_cache", "slurm", "ray"]
+    "role",
+    ["base", "network", "infiniband", "nvidia", "nvme_cache", "nfs", "ceph", "slurm", "ray"],
 )
 def test_molecule_scenario(role):
     if os.geteuid() != 0:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from tests.e2e.checks import (
     RAY_VERSION,
+    add_nfs_disk,
     assert_base,
     assert_network,
+    assert_nfs,
     assert_nvidia_skipped,
     assert_ray,
     assert_slurm,
@@ -28,12 +30,14 @@ def _output(proc):
 
 def test_deploy_then_redeploy_changes_nothing(testbed):
     make_standin_gpus(testbed)
+    add_nfs_disk(testbed)
     first_proc = _deploy()
     first = pyinfra_results(_output(first_proc))
     assert first["changed"] > 0 and first["errors"] == 0, first
     assert_base(testbed)
     assert_network(testbed, _output(first_proc))
     assert_nvidia_skipped(testbed, _output(first_proc))
+    assert_nfs(testbed, _output(first_proc))
     assert_ray(testbed, RAY_VERSION)
     ray_started = ray_start_times(testbed)
     assert_slurm(testbed)

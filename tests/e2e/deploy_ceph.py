@@ -1,0 +1,13 @@
+"""pyinfra entry for tests/e2e/test_ceph.py: the ceph component alone, on the hosts
+the inventory gives it (deploy.py deploys every component; the test needs only this
+one, and the same deploy function deploy.py calls).
+
+    pyinfra -y inventories/testbed.py tests/e2e/deploy_ceph.py
+"""
+
+from pyinfra import host
+
+from aicluster.deploys import ceph, current_cluster
+
+if "ceph" in current_cluster().hosts[host.name].components():
+    ceph.deploy()

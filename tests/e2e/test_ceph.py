@@ -1,0 +1,176 @@
+"""ceph end to end, with each engine on its own fresh two-node testbed.
+
+STAND-IN disks: the testbed has no spare drives, so each node gets a loop device (a
+10 GiB sparse file on the host: a small OSD fills up and hangs) under a stable name,
+/dev/disk/by-id/aicluster-testbed-NODE-ceph (aicluster testbed disk add). node1 runs
+the monitor, the manager and the MDS; both nodes run an OSD on their disk (ceph-volume
+raw mode: the nodes' kernel has no device-mapper, so no LVM) and mount CephFS with
+ceph-fuse.
+
+- the cluster has 2 OSDs up and in, an active manager, health OK or only warnings
+  that come from its small size, every placement group active+clean;
+- an object put with rados on node1 is read back on node2 (as the restricted client)
+  with the same checksum; a file node1 writes to CephFS is read on node2, same
+  checksum;
+- keyrings are mode 0600 owned by ceph, and no key appears in the deploy's output;
+- a second deploy changes nothing;
+- afterwards the testbed is down: no state, node, bridge, loop device or mount left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from aicluster.deploys.ceph import derive_key
+from tests.e2e import conftest
+from tests.e2e.conftest import BIN, TESTBED_INVENTORY, ansible_changed, pyinfra_results, run
+
+DEPLOY = Path(__file__).with_name("deploy_ceph.py")
+#: Warnings a two-node test cluster may show that say only that it is small.
+SIZE_WARNINGS = {"MDS_INSUFFICIENT_STANDBY", "MON_DISK_LOW", "TOO_FEW_OSDS",
+                 "POOL_NO_REDUNDANCY"}
+
+
+@pytest.fixture(scope="module", params=["pyinfra", "ansible"])
+def ceph_testbed(request):
+    """A fresh two-node testbed per engine, each node with an empty 10 GiB STAND-IN
+    disk for its OSD."""
+    if os.geteuid() != 0:
+        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
+    from aicluster import testbed as tb
+    from aicluster.testbed.core import disk_add
+
+    if tb.state.load_state():
+        tb.down()
+    try:
+        state = tb.up(nodes=2)
+        for node in ("node1", "node2"):
+            disk_add(node, "ceph", "10G")
+        print("STAND-IN disks: 10 GiB sparse loop devices, "
+              "/dev/disk/by-id/aicluster-testbed-NODE-ceph")
+        bed = conftest.Testbed(tb.state.load_state() or state)
+        for node in ("node1", "node2"):
+            # systemd-nspawn gives a node no /dev/fuse (real hosts have it): ceph-fuse
+            # needs it, so the test makes the device node (FUSE, char 10:229).
+            bed.ssh(node, "test -e /dev/fuse || mknod -m 666 /dev/fuse c 10 229")
+        print("testbed: /dev/fuse made in each node (nspawn provides none)")
+        yield request.param, bed
+    finally:
+        tb.down()
+        _assert_testbed_down()
+
+
+def _assert_testbed_down() -> None:
+    """What test_zz_teardown checks, after each engine's testbed: no state, no node,
+    no bridge, no loop device of the testbed's is left on the host."""
+    from aicluster.testbed import state
+
+    def sh(cmd: str) -> str:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout
+
+    assert state.load_state() is None
+    assert not state.state_dir().exists(), list(state.state_dir().iterdir())
+    assert sh("pgrep -x systemd-nspawn").strip() == ""
+    links = sh("ip -o link show")
+    for name in ("acmgmt0", "acfab0", "vb-node", "vf-node"):
+        assert name not in links, f"{name} is still there"
+    assert "aicluster" not in sh("losetup -a")
+    assert "aicluster" not in sh("cat /proc/mounts")
+    print("testbed down: no state, node, bridge, loop device or mount left")
+
+
+def _deploy(engine: str) -> tuple[int, str, dict]:
+    if engine == "pyinfra":
+        proc = run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, DEPLOY], timeout=1500,
+                   check=False)
+        output = proc.stdout + proc.stderr
+        return proc.returncode, output, pyinfra_results(output)
+    proc = run([BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml",
+                "--tags", "ceph"], timeout=1500, check=False)
+    output = proc.stdout + proc.stderr
+    return proc.returncode, output, ansible_changed(output)
+
+
+def _status(tb: conftest.Testbed) -> dict:
+    return json.loads(tb.ssh("node1", "ceph --connect-timeout 30 status -f json"))
+
+
+def _assert_healthy(tb: conftest.Testbed) -> None:
+    status = {}
+    for _ in range(90):
+        status = _status(tb)
+        pgs = status["pgmap"]
+        clean = sum(s["count"] for s in pgs.get("pgs_by_state", [])
+                    if s["state_name"] == "active+clean")
+        if status["osdmap"]["num_up_osds"] == 2 and pgs["num_pgs"] and clean == pgs["num_pgs"]:
+            break
+        time.sleep(2)
+    print("ceph status:", json.dumps(status["health"], indent=1))
+    assert status["osdmap"]["num_up_osds"] == 2 and status["osdmap"]["num_in_osds"] == 2
+    assert status["mgrmap"]["available"]
+    pgs = status["pgmap"]
+    assert pgs["num_pgs"] > 0 and all(
+        s["state_name"] == "active+clean" for s in pgs["pgs_by_state"]), pgs
+    health = status["health"]
+    assert health["status"] in ("HEALTH_OK", "HEALTH_WARN"), health
+    assert set(health.get("checks") or {}) <= SIZE_WARNINGS, health
+
+
+def _sha(tb: conftest.Testbed, node: str, path: str) -> str:
+    return tb.ssh(node, f"sha256sum {path}").split()[0]
+
+
+def _assert_data_crosses_nodes(tb: conftest.Testbed, engine: str) -> None:
+    tb.ssh("node1", "head -c 4194304 /dev/urandom > /root/object.bin && "
+                    "rados -p testbed put object-1 /root/object.bin")
+    tb.ssh("node2", "rados --id aicluster -p testbed get object-1 /root/object.bin")
+    assert _sha(tb, "node1", "/root/object.bin") == _sha(tb, "node2", "/root/object.bin")
+    for node in ("node1", "node2"):
+        assert tb.ssh(node, "findmnt -n -o FSTYPE /mnt/cephfs").strip() == "fuse.ceph-fuse"
+    name = f"/mnt/cephfs/from-node1-{engine}.bin"
+    tb.ssh("node1", f"head -c 8388608 /dev/urandom > {name} && sync")
+    assert _sha(tb, "node1", name) == _sha(tb, "node2", name)
+
+
+def _assert_keys_kept_secret(tb: conftest.Testbed, output: str) -> None:
+    for path in ("/etc/ceph/ceph.client.admin.keyring", "/etc/ceph/aicluster-mon.keyring",
+                 "/var/lib/ceph/bootstrap-osd/ceph.keyring"):
+        assert tb.ssh("node1", f"stat -c '%a %U' {path}").strip() == "600 ceph", path
+    assert tb.ssh("node2", "stat -c '%a %U' /etc/ceph/ceph.client.aicluster.keyring"
+                  ).strip() == "600 ceph"
+    from aicluster.testbed.state import state_dir
+
+    secret = (state_dir() / "secrets" / "ceph.secret").read_bytes()
+    for entity in ("mon.", "client.admin", "client.bootstrap-osd", "client.aicluster",
+                   "mgr.node1", "mds.node1"):
+        key = derive_key(secret, entity)
+        assert key not in output, f"the key of {entity} appears in the deploy's output"
+        assert key[8:] not in output
+
+
+def test_ceph_across_both_nodes_then_a_second_deploy_changes_nothing(ceph_testbed):
+    engine, tb = ceph_testbed
+    rc, output, first = _deploy(engine)
+    assert rc == 0, output[-5000:]
+    if engine == "pyinfra":
+        assert first["changed"] > 0 and first["errors"] == 0, first
+    else:
+        assert first.get("node1", 0) > 0 and first.get("node2", 0) > 0, first
+    _assert_keys_kept_secret(tb, output)
+    _assert_healthy(tb)
+    _assert_data_crosses_nodes(tb, engine)
+
+    rc, output, second = _deploy(engine)
+    assert rc == 0, output[-5000:]
+    if engine == "pyinfra":
+        assert second["changed"] == 0 and second["errors"] == 0, second
+    else:
+        assert second == {"node1": 0, "node2": 0}, second
+    _assert_keys_kept_secret(tb, output)
+    _assert_healthy(tb)
