@@ -12,11 +12,11 @@ from aicluster.artifacts import ArtifactError, resolve_cluster
 from aicluster.deploys import component_module, current_cluster
 from aicluster.facts.memo import memoize_facts, prefetch_facts, remember_reads
 from aicluster.inventory import InventoryError
-from aicluster.oporder import fast_operation_order
+from aicluster.pyinfra_speed import speed_up_pyinfra
 
-# pyinfra's operation order from the frames' line numbers, without reading every
-# source file on the stack for each operation (aicluster.oporder).
-fast_operation_order()
+# pyinfra's bookkeeping for each operation, without reading every source file on the
+# stack or re-evaluating type hints each time (aicluster.pyinfra_speed).
+speed_up_pyinfra()
 # Each fact is read once per host until something changes on a host; the facts the last
 # run read are fetched in one command first (aicluster.facts.memo).
 memoize_facts()

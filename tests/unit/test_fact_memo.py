@@ -312,3 +312,25 @@ def test_a_read_waits_for_that_hosts_prefetch_under_way(tmp_path, monkeypatch):
     pending.set()
     assert asking.get(timeout=5) == answer
     assert commands == []
+
+
+def test_answers_are_copies_no_operation_can_alter():
+    import copy
+    import datetime
+
+    from aicluster.facts import memo
+
+    value = {"pkgs": {"curl": ["7.88", "8.0"]}, "units": [{"a": True}], "t": (1, [2]),
+             "when": datetime.datetime(2026, 1, 1), "s": {"x"}, "n": None,
+             "other": SimpleNamespace(x=[1])}
+    got = memo._copy(value)
+    assert got == value == copy.deepcopy(value) and got["other"] is not value["other"]
+    got["pkgs"]["curl"].append("9")
+    got["units"][0]["a"] = False
+    got["t"][1].append(3)
+    got["s"].add("y")
+    got["other"].x.append(2)
+    assert value == {"pkgs": {"curl": ["7.88", "8.0"]}, "units": [{"a": True}], "t": (1, [2]),
+                     "when": datetime.datetime(2026, 1, 1), "s": {"x"}, "n": None,
+                     "other": value["other"]}
+    assert value["other"].x == [1]

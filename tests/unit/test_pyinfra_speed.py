@@ -1,4 +1,4 @@
-"""aicluster.oporder gives the operation order pyinfra's own stack inspection gives."""
+"""aicluster.pyinfra_speed gives what pyinfra's own functions give."""
 
 import importlib
 import sys
@@ -8,7 +8,11 @@ import pyinfra
 import pytest
 from pyinfra.api.util import get_operation_order_from_stack
 
-from aicluster.oporder import fast_operation_order, operation_order_from_frames
+from aicluster.pyinfra_speed import (
+    cached_global_arguments,
+    operation_order_from_frames,
+    speed_up_pyinfra,
+)
 
 
 def _both(state):
@@ -38,13 +42,29 @@ def test_same_order_as_pyinfra(monkeypatch, is_cli, deploy_file, depth):
         assert ours == head  # the deploy file is not on the stack
 
 
+def test_global_arguments_are_pyinfras():
+    from pyinfra.api.arguments import all_global_arguments
+
+    assert cached_global_arguments() == all_global_arguments()
+    # a fresh list each time, as pyinfra's: a caller changing it changes nothing else
+    cached_global_arguments().clear()
+    assert cached_global_arguments() == all_global_arguments()
+
+
 def test_installed_into_pyinfra_once(monkeypatch):
+    from aicluster import pyinfra_speed
+
     operation = importlib.import_module("pyinfra.api.operation")
+    arguments = importlib.import_module("pyinfra.api.arguments")
+    facts = importlib.import_module("pyinfra.api.facts")
     monkeypatch.setattr(operation, "get_operation_order_from_stack",
                         operation.get_operation_order_from_stack)
-    from aicluster import oporder
-
-    monkeypatch.setattr(oporder, "_INSTALLED", [])
-    fast_operation_order()
-    fast_operation_order()
-    assert operation.get_operation_order_from_stack is oporder._get_operation_order_from_stack
+    monkeypatch.setattr(arguments, "all_global_arguments", arguments.all_global_arguments)
+    monkeypatch.setattr(facts, "all_global_arguments", facts.all_global_arguments)
+    monkeypatch.setattr(pyinfra_speed, "_INSTALLED", [])
+    speed_up_pyinfra()
+    speed_up_pyinfra()
+    assert (operation.get_operation_order_from_stack
+            is pyinfra_speed._get_operation_order_from_stack)
+    assert arguments.all_global_arguments is cached_global_arguments
+    assert facts.all_global_arguments is cached_global_arguments
