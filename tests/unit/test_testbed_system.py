@@ -68,3 +68,26 @@ def test_wait_until() -> None:
     assert not system.wait_until(lambda: False, 0.2, 0.05)
     assert time.monotonic() - start >= 0.2
     assert system.wait_until(lambda: True, 0)
+
+
+def test_spawn_daemon_wait_is_bounded_when_the_pipe_stays_open(tmp_path, monkeypatch) -> None:
+    """A write end still held somewhere (a racing fork) must not block forever: after
+    the wait, a running pid in the pid file means the daemon started."""
+    import os
+
+    monkeypatch.setattr(system, "EXEC_WAIT", 0.3)
+    pid_file = tmp_path / "pid"
+    pid_file.write_text(f"{os.getpid()}\n")
+    read_fd, write_fd = os.pipe()
+    try:
+        assert system._read_until_exec(read_fd, pid_file) == ""
+        read_fd, other = os.pipe()
+        pid_file.write_text("999999999\n")  # no such process
+        assert "no word from the daemon" in system._read_until_exec(read_fd, pid_file)
+        os.close(other)
+    finally:
+        os.close(write_fd)
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"OSError: boom")
+    os.close(write_fd)
+    assert system._read_until_exec(read_fd, pid_file) == "OSError: boom"

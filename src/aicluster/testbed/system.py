@@ -183,14 +183,57 @@ def spawn_daemon(
                 os._exit(127)
     os.close(write_fd)
     os.waitpid(child, 0)
-    with os.fdopen(read_fd, "rb") as pipe:
-        error = pipe.read().decode(errors="replace")
+    error = _read_until_exec(read_fd, pid_file)
     if error:
         raise TestbedError(f"could not start {argv[0]}: {error}")
     try:
         return int(pid_file.read_text())
     except (FileNotFoundError, ValueError) as exc:
         raise TestbedError(f"could not start {argv[0]}: no pid file {pid_file}") from exc
+
+
+#: How long spawn_daemon waits for the daemon's exec to close the pipe.
+EXEC_WAIT = 30.0
+
+
+def _read_until_exec(read_fd: int, pid_file: Path) -> str:
+    """What the daemon reported before its exec (nothing when exec worked: the pipe's
+    write end closes on exec). Polled without blocking, and bounded: in a process that
+    gevent has monkey-patched (pyinfra's CLI module does that on import, e.g. in the
+    test suite), a plain blocking read of this pipe once never returned although the
+    daemon had started. After EXEC_WAIT seconds a daemon whose pid file names a running
+    process has started."""
+    chunks = []
+    deadline = time.monotonic() + EXEC_WAIT
+    os.set_blocking(read_fd, False)
+    try:
+        while True:
+            try:
+                chunk = os.read(read_fd, 4096)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    pid = read_pid(pid_file)
+                    if pid is not None and _alive(pid):
+                        return ""
+                    return (f"no word from the daemon within {EXEC_WAIT:.0f} s and no "
+                            "running pid")
+                time.sleep(0.02)
+                continue
+            if not chunk:
+                return b"".join(chunks).decode(errors="replace")
+            chunks.append(chunk)
+    finally:
+        os.close(read_fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read_pid(path: Path) -> int | None:
