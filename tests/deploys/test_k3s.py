@@ -321,7 +321,7 @@ def test_version_bump_servers_one_at_a_time_then_agents_each_drained(store):
     for node, op in {**servers, **agents}.items():
         admin = "s2" if node == "s1" else "s1"
         drain, step, uncordon = op.commands[1], op.commands[2], op.commands[3]
-        assert f"'{admin}'" in drain and "_on_server" in drain
+        assert f"'{admin}'" in drain and "run_on_other_host" in drain
         assert f"k3s kubectl drain {node} --ignore-daemonsets --delete-emptydir-data" in drain
         assert step == f"{k3s.TOOL} upgrade"
         assert f"k3s kubectl uncordon {node}" in uncordon

@@ -179,6 +179,19 @@ def system_user(
     )
 
 
+def run_on_other_host(state, host, other_name: str, command: str) -> bool:
+    """A pyinfra FunctionCommand callback: run ``command`` on the inventory host
+    ``other_name`` (e.g. cordon a node on a k3s server during this host's turn),
+    connecting to it first if needed; True when it succeeded."""
+    from pyinfra.api import StringCommand
+
+    other = state.inventory.get_host(other_name)
+    if not other.connected:
+        other.connect()
+    ok, _output = other.run_shell_command(StringCommand(command), print_output=True)
+    return bool(ok)
+
+
 def install_packages(name: str, packages: list[str], family: str):
     """Install distribution packages (a pyinfra op), bounded in time and retries; on
     Debian and Ubuntu the apt index is refreshed when it is over an hour old."""

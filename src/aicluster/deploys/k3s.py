@@ -50,6 +50,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    run_on_other_host,
     template_vars,
 )
 from aicluster.deploys.nvme_cache import refuse
@@ -541,13 +542,6 @@ def rollout(step: str, admin: str = "", drain: str = "", uncordon: str = "",
         _STARTED.setdefault(id(state), set()).add(host.name)
         return True
 
-    def _on_server(state, host, server_name, command):
-        other = state.inventory.get_host(server_name)
-        if not other.connected:
-            other.connect()
-        ok, _output = other.run_shell_command(StringCommand(command), print_output=True)
-        return bool(ok)
-
     def _finished(state, host):
         _DONE.setdefault(id(state), set()).add(host.name)
         return True
@@ -556,10 +550,10 @@ def rollout(step: str, admin: str = "", drain: str = "", uncordon: str = "",
         return
     yield FunctionCommand(_guard, (), {})
     if drain:
-        yield FunctionCommand(_on_server, (admin, drain), {})
+        yield FunctionCommand(run_on_other_host, (admin, drain), {})
     yield StringCommand(TOOL, step)
     if uncordon:
-        yield FunctionCommand(_on_server, (admin, uncordon), {})
+        yield FunctionCommand(run_on_other_host, (admin, uncordon), {})
     yield FunctionCommand(_finished, (), {})
 
 

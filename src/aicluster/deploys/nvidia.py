@@ -35,6 +35,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    run_on_other_host,
     template_vars,
 )
 from aicluster.facts.nvidia import FACT_COMMAND, NvidiaNode, turing_or_newer
@@ -475,13 +476,6 @@ def driver_change(
         _STARTED.setdefault(id(state), set()).add(host.name)
         return True
 
-    def _on_server(state, host, server_name, command):
-        other = state.inventory.get_host(server_name)
-        if not other.connected:
-            other.connect()
-        ok, output = other.run_shell_command(StringCommand(command), print_output=True)
-        return bool(ok)
-
     def _finished(state, host):
         _DONE.setdefault(id(state), set()).add(host.name)
         return True
@@ -490,14 +484,14 @@ def driver_change(
     if drain:
         yield StringCommand(DRIVER_SCRIPT, "drain")
         if k3s_server:
-            yield FunctionCommand(_on_server, (k3s_server, k3s_cordon), {})
+            yield FunctionCommand(run_on_other_host, (k3s_server, k3s_cordon), {})
     yield StringCommand(DRIVER_SCRIPT, "install", install_args)
     yield from server.reboot._inner(delay=10, interval=5, reboot_timeout=reboot_timeout)
     yield StringCommand(DRIVER_SCRIPT, "verify")
     if drain:
         yield StringCommand(DRIVER_SCRIPT, "resume")
         if k3s_server:
-            yield FunctionCommand(_on_server, (k3s_server, k3s_uncordon), {})
+            yield FunctionCommand(run_on_other_host, (k3s_server, k3s_uncordon), {})
     yield FunctionCommand(_finished, (), {})
 
 
