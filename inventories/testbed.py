@@ -11,6 +11,8 @@ bridge; time is served by node1 from its own clock, so nothing leaves the bridge
 """
 
 import json as _json
+import os as _os
+from pathlib import Path
 
 from aicluster.inventory import finish
 from aicluster.testbed.state import fabric_address, load_state, node_number, state_dir
@@ -85,7 +87,7 @@ all = (
 # NVMe drives and makes its NVMe cache of them (nvme_cache); nodes without get none.
 for _name, _data in all[0]:
     _disks = [d["by_id"] for d in _state.get("disks") or []
-              if d["node"] == _name and not d["name"].startswith("ceph")]
+              if d["node"] == _name and not d["name"].startswith(("ceph", "minio"))]
     if _disks:
         _data["hardware"]["nvme"] = [{"device": d} for d in _disks]
         _data["nvme_cache_devices"] = _disks
@@ -154,13 +156,32 @@ if any(_ceph_disks.values()):
     all[1]["secrets"]["ceph"] = {"file": str(state_dir() / "secrets" / "ceph.secret")}
 
 # Rehearsals (a version bump, a config change) without editing this file: the JSON
-# object in <testbed state dir>/overrides.json is laid over the cluster data above.
-_overrides = state_dir() / "overrides.json"
-if _overrides.exists():
-    all[1].update(_json.loads(_overrides.read_text()))
+# object in <testbed state dir>/overrides.json, then the one in the file
+# $AICLUSTER_TESTBED_OVERRIDES names (how a molecule scenario passes its own), are laid
+# over the cluster data above.
+_overrides: dict = {}
+for _file in (state_dir() / "overrides.json", _os.environ.get("AICLUSTER_TESTBED_OVERRIDES")):
+    if _file and Path(_file).exists():
+        _overrides.update(_json.loads(Path(_file).read_text()))
+
+
+def _releases(component: str) -> bool:
+    """Whether the testbed runs a component installed from release artifacts (k3s,
+    ollama, minio): only when the artifact directory the overrides name holds that
+    component's files (``aicluster artifacts fetch``'s layout, or the e2e tests'
+    STAND-INs). The vendor's files cannot be downloaded on every machine, so without
+    them the testbed leaves the component out instead of failing the whole deploy."""
+    directory = _overrides.get("artifacts_dir")
+    return bool(directory) and (Path(directory) / component).is_dir()
+
+
+# (release components: one block each, below)
+
+if _overrides:
+    all[1].update(_overrides)
     # group_data/all.py (pinned versions) wins over the data above; host data wins
     # over both, so the overrides go on every host too (a ray_version bump).
     for _name, _data in all[0]:
-        _data.update(_json.loads(_overrides.read_text()))
+        _data.update(_overrides)
 
 finish(globals())

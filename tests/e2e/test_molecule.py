@@ -21,6 +21,8 @@ destroys itself (destroy, syntax, create, converge, idempotence, verify, destroy
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 
 import pytest
@@ -32,7 +34,7 @@ from tests.e2e.conftest import BIN, ROOT, run
     "role",
     ["base", "network", "infiniband", "nvidia", "nvme_cache", "nfs", "ceph", "slurm", "ray"],
 )
-def test_molecule_scenario(role):
+def test_molecule_scenario(role, tmp_path, monkeypatch):
     if os.geteuid() != 0:
         pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
     from aicluster import testbed as tb
@@ -41,6 +43,7 @@ def test_molecule_scenario(role):
     # one it started: start from none so the scenario owns its testbed.
     if tb.state.load_state():
         tb.down()
+    _release_overrides(role, tmp_path, monkeypatch)
     try:
         proc = run(
             [BIN / "molecule", "test", "--scenario-name", "default"],
@@ -54,3 +57,20 @@ def test_molecule_scenario(role):
         if tb.state.load_state():
             tb.down()
     assert tb.state.load_state() is None, "molecule's destroy left the testbed running"
+
+
+def _release_overrides(role: str, tmp_path, monkeypatch) -> None:
+    """For a role installed from release artifacts (k3s, ollama, minio): build its
+    STAND-IN artifacts (tests/e2e/standins/<role>.py), or take the real artifact
+    directory supplied, and hand the testbed inventory their overrides through
+    $AICLUSTER_TESTBED_OVERRIDES."""
+    try:
+        standin = importlib.import_module(f"tests.e2e.standins.{role}")
+    except ModuleNotFoundError as e:
+        if e.name != f"tests.e2e.standins.{role}":
+            raise
+        return
+    overrides = standin.build(tmp_path / "artifacts")
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(overrides))
+    monkeypatch.setenv("AICLUSTER_TESTBED_OVERRIDES", str(path))
