@@ -12,11 +12,15 @@ from aicluster.artifacts import ArtifactError, resolve_cluster
 from aicluster.deploys import component_module, current_cluster
 from aicluster.facts.memo import memoize_facts, prefetch_facts, remember_reads
 from aicluster.inventory import InventoryError
+from aicluster.pyinfra_fixes import connect_once
 from aicluster.pyinfra_speed import speed_up_pyinfra
 
 # pyinfra's bookkeeping for each operation, without reading every source file on the
 # stack or re-evaluating type hints each time (aicluster.pyinfra_speed).
 speed_up_pyinfra()
+# One connection per host, however many hosts' deploys read a left-out host's facts at
+# once (aicluster.pyinfra_fixes: `--limit` hung without it).
+connect_once()
 # Each fact is read once per host until something changes on a host; the facts the last
 # run read are fetched in one command first (aicluster.facts.memo).
 memoize_facts()

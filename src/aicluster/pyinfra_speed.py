@@ -18,7 +18,11 @@ cheap; tests/unit/test_pyinfra_speed.py checks both give the same answer.
 The global arguments. pyinfra lists the global operation arguments (``_sudo``,
 ``_if`` ...) with ``typing.get_type_hints`` of its ``AllArguments`` type for every
 operation on every host, re-evaluating every annotation each time;
-:func:`cached_global_arguments` gives the same list, worked out once.
+:func:`cached_global_arguments` gives the same list, worked out once. Then, for each
+of those thirty-odd arguments, it looks the name up in the host's data, and every
+lookup works out the host's group data afresh (one merge over all its groups per
+argument), though almost none is ever set there: :func:`pop_global_arguments` gives
+the same answer with the host's data layers worked out once per operation.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import importlib
 import sys
 
 _INSTALLED = []
+#: pyinfra's own functions this module stands in for, by name (once installed).
+ORIGINALS: dict = {}
 
 
 def operation_order_from_frames(state, frame) -> list[int]:
@@ -80,9 +86,63 @@ def cached_global_arguments() -> list[tuple[str, type]]:
     return list(_GLOBAL_ARGUMENTS)
 
 
+def pop_global_arguments(state, host, kwargs):
+    """What ``pyinfra.api.arguments.pop_global_arguments`` returns (and pops from
+    *kwargs*), in the same order of preference: the call's own arguments, the current
+    @deploy's, the host's data, the config. The host's data is read as
+    ``HostData.__getattr__`` reads it (the first layer holding the name, shallow-copied),
+    with its layers worked out once instead of once per argument."""
+    from copy import copy
+
+    from pyinfra.api.arguments import (
+        ArgumentTypeError,
+        all_argument_meta,
+        raise_if_bad_type,
+    )
+    from pyinfra.api.host import extract_callable_datas
+    from pyinfra.context import ctx_config
+
+    config = state.config
+    if ctx_config.isset():
+        config = ctx_config.get()
+        assert config is not None
+
+    meta_kwargs = host.current_deploy_kwargs or {}
+    layers = list(extract_callable_datas(host.data.datas))
+
+    arguments = {}
+    found_keys = []
+    for key, type_ in cached_global_arguments():
+        argument_meta = all_argument_meta[key]
+        handler = argument_meta.handler
+        default = argument_meta.default(config)
+
+        for layer in layers:
+            try:
+                default = copy(layer[key])
+            except KeyError:
+                continue
+            break
+
+        if key in kwargs:
+            found_keys.append(key)
+            value = kwargs.pop(key)
+        else:
+            value = meta_kwargs.get(key, default)
+
+        if handler:
+            value = handler(config, value)
+
+        if value != default:
+            raise_if_bad_type(value, type_, ArgumentTypeError, f"Invalid argument `{key}`:")
+
+        arguments[key] = value
+    return arguments, found_keys
+
+
 def speed_up_pyinfra() -> None:
-    """Use the frame walk for pyinfra's operation order and the cached list of global
-    arguments (idempotent)."""
+    """Use the frame walk for pyinfra's operation order, the cached list of global
+    arguments and the quicker global-argument lookup (idempotent)."""
     if _INSTALLED:
         return
     # importlib: the name pyinfra.api.operation is the decorator, not the module.
@@ -92,4 +152,11 @@ def speed_up_pyinfra() -> None:
         module = importlib.import_module(name)
         if hasattr(module, "all_global_arguments"):
             module.all_global_arguments = cached_global_arguments
+    ORIGINALS["pop_global_arguments"] = importlib.import_module(
+        "pyinfra.api.arguments").pop_global_arguments
+    for name in ("pyinfra.api.arguments", "pyinfra.api.facts", "pyinfra.api.deploy",
+                 "pyinfra.api.operation"):
+        module = importlib.import_module(name)
+        if hasattr(module, "pop_global_arguments"):
+            module.pop_global_arguments = pop_global_arguments
     _INSTALLED.append(True)

@@ -10,6 +10,7 @@ template through both engines and compares the text.
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 from collections.abc import Mapping
 from functools import cache
@@ -87,4 +88,25 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     data = _parsed(str(path))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping")
-    return copy.deepcopy(data)
+    return plain_copy(data)
+
+
+_IMMUTABLE = (str, int, float, bool, bytes, type(None), datetime.datetime, datetime.date)
+
+
+def plain_copy(value: Any) -> Any:
+    """A deep copy of plain data (dicts, lists, strings, numbers, dates: what YAML and
+    facts hold), so no caller can alter another's view; ``copy.deepcopy`` for anything
+    else. Several times quicker than ``deepcopy``, which keeps a memo of every object."""
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is dict:
+        return {k: plain_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [plain_copy(v) for v in value]
+    if kind is tuple:
+        return tuple(plain_copy(v) for v in value)
+    if kind is set:
+        return set(value)  # members are hashable, so immutable here
+    return copy.deepcopy(value)

@@ -3,6 +3,7 @@ an upload or a Python callback runs on any host; never memoised inside a callbac
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -318,12 +319,12 @@ def test_answers_are_copies_no_operation_can_alter():
     import copy
     import datetime
 
-    from aicluster.facts import memo
+    from aicluster.render import plain_copy
 
     value = {"pkgs": {"curl": ["7.88", "8.0"]}, "units": [{"a": True}], "t": (1, [2]),
              "when": datetime.datetime(2026, 1, 1), "s": {"x"}, "n": None,
              "other": SimpleNamespace(x=[1])}
-    got = memo._copy(value)
+    got = plain_copy(value)
     assert got == value == copy.deepcopy(value) and got["other"] is not value["other"]
     got["pkgs"]["curl"].append("9")
     got["units"][0]["a"] = False
@@ -334,3 +335,100 @@ def test_answers_are_copies_no_operation_can_alter():
                      "when": datetime.datetime(2026, 1, 1), "s": {"x"}, "n": None,
                      "other": value["other"]}
     assert value["other"].x == [1]
+
+
+#: A STAND-IN systemctl for this machine, which has no systemd: ``show`` prints what
+#: systemd 252 printed on a testbed node for these units (one block per unit named, in
+#: the order named, blank line between; the properties asked for in systemd's own order,
+#: Id, SubState, UnitFileState, whatever order they were asked in).
+_FAKE_SYSTEMCTL = r"""#!/usr/bin/env python3
+import sys
+UNITS = {"chrony.service": ("running", "enabled"), "slurmd.service": ("dead", "disabled"),
+         "ssh.service": ("running", "enabled")}
+ALIASES = {"sshd.service": "ssh.service"}
+args = sys.argv[1:]
+assert args[0] == "show", args
+props, units, i = [], [], 1
+while i < len(args):
+    if args[i] == "--property":
+        props.append(args[i + 1]); i += 2
+    elif args[i] == "--all":
+        i += 1
+    else:
+        units.append(args[i]); i += 1
+blocks = []
+for unit in units:
+    unit = ALIASES.get(unit, unit)
+    sub, enabled = UNITS.get(unit, ("dead", ""))
+    values = {"Id": unit, "SubState": sub, "UnitFileState": enabled}
+    blocks.append("\n".join(f"{p}={values[p]}" for p in values if p in props))
+print("\n\n".join(blocks))
+"""
+
+
+def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
+    """SystemdStatus and SystemdEnabled of many units come from one ``systemctl show``;
+    each answer is what the fact's own command gives (an alias, a unit that does not
+    exist, one asked as a list); a unit named oddly, or a user-mode read, alone."""
+    from pyinfra.context import ctx_host, ctx_state
+    from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+    from aicluster.facts import memo
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "systemctl"
+    fake.write_text(_FAKE_SYSTEMCTL)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
+    memo.memoize_facts()
+    asks = [
+        (SystemdStatus, {"services": "chrony.service"}),
+        (SystemdEnabled, {"services": "chrony.service"}),
+        (SystemdStatus, {"services": ["slurmd.service"]}),
+        (SystemdEnabled, {"services": "slurmd.service"}),
+        (SystemdStatus, {"services": "sshd.service"}),  # an alias: Id is ssh.service
+        (SystemdEnabled, {"services": "missing.service"}),
+        (SystemdStatus, {"services": "bad\\x20name.service"}),  # not plain: alone
+        (SystemdStatus, {"services": "chrony.service", "user_mode": True}),  # alone
+    ]
+    state, host = _local_state()
+    with ctx_state.use(state), ctx_host.use(host):
+        first = [host.get_fact(cls, **kw) for cls, kw in asks]
+        memo.save_reads(host)
+    assert first[0] == {"chrony.service": True} and first[3] == {"slurmd.service": False}
+    assert first[4] == {"ssh.service": True} and first[5] == {"missing.service": False}
+
+    state, host = _local_state()
+    commands = []
+    real_run = host.run_shell_command
+
+    def counting(*args, **kwargs):
+        commands.append(args[0])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(host, "run_shell_command", counting)
+    with ctx_state.use(state), ctx_host.use(host):
+        assert memo.prefetch_facts(host) == len(asks)
+        again = [host.get_fact(cls, **kw) for cls, kw in asks]
+    assert len(commands) == 1 and again == first
+    script = commands[0].get_raw_value()
+    group = ("systemctl show --all --property Id --property SubState --property UnitFileState"
+             " chrony.service slurmd.service sshd.service missing.service &&")
+    assert script.count("--property UnitFileState") == 1 and group in script
+
+
+def test_a_systemctl_answer_that_does_not_fit_is_not_used():
+    from aicluster.facts.memo import _SystemdGroup
+
+    keys = ["SubState a.service", "UnitFileState b.service"]
+    done = "@@aicluster-fact@@done"
+    # One block short (a unit systemctl skipped): nothing is taken from it.
+    assert _SystemdGroup.split(["Id=a.service", "SubState=running", done], keys) is None
+    # Cut off before the closing mark.
+    assert _SystemdGroup.split(["Id=a.service", "SubState=running", ""], keys) is None
+    got = _SystemdGroup.split(["Id=a.service", "SubState=running", "UnitFileState=enabled", "",
+                               "Id=b.service", "SubState=dead", "UnitFileState=", done], keys)
+    assert got == {"SubState a.service": ["Id=a.service", "SubState=running"],
+                   "UnitFileState b.service": ["Id=b.service", "UnitFileState="]}

@@ -68,3 +68,52 @@ def test_installed_into_pyinfra_once(monkeypatch):
             is pyinfra_speed._get_operation_order_from_stack)
     assert arguments.all_global_arguments is cached_global_arguments
     assert facts.all_global_arguments is cached_global_arguments
+
+
+def _host_with_data(host_data, group_data):
+    from pyinfra.api import Config, Inventory, State
+
+    inventory = Inventory(
+        (["node1", ("node2", host_data)], {}),
+        workers=(["node2"], group_data),
+    )
+    state = State(inventory, Config())
+    return state, inventory.get_host("node2")
+
+
+@pytest.mark.parametrize("host_data,group_data,kwargs,deploy_kwargs", [
+    ({}, {}, {}, None),
+    ({"_sudo": True, "_sudo_user": "ray"}, {}, {"packages": ["x"]}, None),
+    ({}, {"_env": {"A": "1"}, "_retries": 2}, {"_sudo": False, "src": "a"}, None),
+    ({"_env": {"B": "2"}}, {"_env": {"A": "1"}}, {"_ignore_errors": True},
+     {"_sudo": True}),
+    ({"_chdir": "/tmp"}, {}, {"_shell_executable": "bash"}, {"_chdir": "/srv"}),
+])
+def test_same_global_arguments_as_pyinfra(host_data, group_data, kwargs, deploy_kwargs):
+    """The quicker lookup gives the same arguments, in the same order, pops the same
+    keys, and leaves the same operation arguments as pyinfra's own."""
+    from pyinfra.api import arguments as pyinfra_arguments
+
+    from aicluster import pyinfra_speed
+
+    real = pyinfra_speed.ORIGINALS.get("pop_global_arguments",
+                                       pyinfra_arguments.pop_global_arguments)
+    assert real.__module__ == "pyinfra.api.arguments"
+    state, host = _host_with_data(host_data, group_data)
+    host.current_deploy_kwargs = deploy_kwargs
+    theirs_kwargs, ours_kwargs = dict(kwargs), dict(kwargs)
+    theirs = real(state, host, theirs_kwargs)
+    ours = pyinfra_speed.pop_global_arguments(state, host, ours_kwargs)
+    assert ours == theirs
+    assert list(ours[0]) == list(theirs[0])
+    assert ours_kwargs == theirs_kwargs
+
+
+def test_global_arguments_checked_as_pyinfra_checks_them():
+    from pyinfra.api.exceptions import ArgumentTypeError
+
+    from aicluster import pyinfra_speed
+
+    state, host = _host_with_data({}, {})
+    with pytest.raises(ArgumentTypeError, match="_retries"):
+        pyinfra_speed.pop_global_arguments(state, host, {"_retries": "many"})

@@ -26,8 +26,6 @@ In a re-run that changes nothing, each host is asked once.
 
 from __future__ import annotations
 
-import copy
-import datetime
 import hashlib
 import importlib
 import json
@@ -36,6 +34,8 @@ import re
 import shlex
 from pathlib import Path
 from typing import Any
+
+from aicluster.render import plain_copy
 
 #: Where the fact names a host was asked for are kept between runs.
 READS_DIR = Path(os.environ.get("AICLUSTER_FACT_READS_DIR", "~/.cache/aicluster/fact-reads"))
@@ -181,27 +181,6 @@ _READING: set[Any] = set()  # greenlets reading a fact (their commands change no
 _FUNCTIONS = [0]
 
 
-_IMMUTABLE = (str, int, float, bool, bytes, type(None), datetime.datetime, datetime.date)
-
-
-def _copy(value: Any) -> Any:
-    """A deep copy of a fact's value (plain data: dicts, lists, strings, numbers,
-    dates), so no operation can alter another's view; ``copy.deepcopy`` for anything
-    else. Several times quicker than ``deepcopy`` on a package list."""
-    kind = type(value)
-    if kind in _IMMUTABLE:
-        return value
-    if kind is dict:
-        return {k: _copy(v) for k, v in value.items()}
-    if kind is list:
-        return [_copy(v) for v in value]
-    if kind is tuple:
-        return tuple(_copy(v) for v in value)
-    if kind is set:
-        return set(value)  # members are hashable, so immutable here
-    return copy.deepcopy(value)
-
-
 def memoize_facts() -> None:
     """Install the memo in front of pyinfra's ``get_fact``, and make every command,
     upload and Python callback an operation runs forget it (once per process)."""
@@ -243,7 +222,7 @@ def memoize_facts() -> None:
             memo = _memo(state, host.name)
             memo[key] = value
         _remember(state, host, cls, args, kwargs)
-        return _copy(memo[key])
+        return plain_copy(memo[key])
 
     get_fact.aicluster_memo = True  # type: ignore[attr-defined]
     api_host.get_fact = get_fact
@@ -377,7 +356,7 @@ class _StatGroup:
                 f"echo '{_MARK}done'; fi")
 
     @staticmethod
-    def split(lines: list[str]) -> dict[str, str] | None:
+    def split(lines: list[str], keys: list[str]) -> dict[str, str] | None:
         if f"{_MARK}done" not in lines:
             return None
         out = {}
@@ -399,7 +378,7 @@ class _Sha1Group:
                 f"sha1sum -- {quoted} 2>/dev/null; echo '{_MARK}done'; fi")
 
     @staticmethod
-    def split(lines: list[str]) -> dict[str, str] | None:
+    def split(lines: list[str], keys: list[str]) -> dict[str, str] | None:
         if f"{_MARK}done" not in lines:
             return None
         out = {}
@@ -410,29 +389,101 @@ class _Sha1Group:
         return out
 
 
-#: Facts read together, one command per kind, when their path is plain.
-GROUPED = {"stat": _StatGroup, "sha1": _Sha1Group}
+class _SystemdGroup:
+    """pyinfra's SystemdStatus and SystemdEnabled for many units in one ``systemctl
+    show`` (each fact's own command runs ``systemctl`` once per unit). systemctl prints
+    one block per unit named, in the order named, with the properties in its own fixed
+    order whichever were asked for; each fact's lines are its unit's block cut to the
+    two properties its own command asks for (``Id`` and ``SubState`` or
+    ``UnitFileState``). Keys are ``"<property> <unit>"``."""
+
+    PROPERTIES = ("SubState", "UnitFileState")
+
+    @staticmethod
+    def key(cls, fact_kwargs: dict) -> str | None:
+        if fact_kwargs.get("user_mode") or fact_kwargs.get("machine") is not None or (
+                fact_kwargs.get("user_name") is not None):
+            return None
+        services = fact_kwargs.get("services")
+        if isinstance(services, (list, tuple)) and len(services) == 1:
+            services = services[0]
+        if not isinstance(services, str) or not _PLAIN_UNIT.match(services):
+            return None
+        if cls.state_key not in _SystemdGroup.PROPERTIES:
+            return None
+        return f"{cls.state_key} {services}"
+
+    @staticmethod
+    def _units(keys: list[str]) -> list[str]:
+        return list(dict.fromkeys(key.split(" ", 1)[1] for key in keys))
+
+    @staticmethod
+    def command(keys: list[str]) -> str:
+        units = " ".join(_SystemdGroup._units(keys))
+        props = " ".join(f"--property {p}" for p in ("Id", *_SystemdGroup.PROPERTIES))
+        return (f"if command -v systemctl >/dev/null 2>&1; then "
+                f"systemctl show --all {props} {units} && echo '{_MARK}done'; fi")
+
+    @staticmethod
+    def split(lines: list[str], keys: list[str]) -> dict[str, list[str]] | None:
+        if not lines or lines[-1] != f"{_MARK}done":
+            return None
+        blocks: list[list[str]] = [[]]
+        for line in lines[:-1]:
+            if line.strip():
+                blocks[-1].append(line)
+            else:
+                blocks.append([])
+        blocks = [b for b in blocks if b]
+        units = _SystemdGroup._units(keys)
+        if len(blocks) != len(units) or any(not b[0].startswith("Id=") for b in blocks):
+            return None
+        by_unit = dict(zip(units, blocks, strict=True))
+        out = {}
+        for key in keys:
+            prop, unit = key.split(" ", 1)
+            out[key] = [line for line in by_unit[unit]
+                        if line.split("=", 1)[0] in ("Id", prop)]
+        return out
+
+
+#: Facts read together, one command per kind, when their path (or unit) is plain.
+GROUPED = {"stat": _StatGroup, "sha1": _Sha1Group, "systemd": _SystemdGroup}
 _GROUP_OF = {
     "pyinfra.facts.files:File": "stat", "pyinfra.facts.files:Directory": "stat",
     "pyinfra.facts.files:Link": "stat", "pyinfra.facts.files:Socket": "stat",
     "pyinfra.facts.files:Sha1File": "sha1",
+    "pyinfra.facts.systemd:SystemdStatus": "systemd",
+    "pyinfra.facts.systemd:SystemdEnabled": "systemd",
 }
 #: A path read in a group: absolute, and nothing stat or sha1sum would print quoted
 #: or escaped, nor the group's own mark.
 _PLAIN_PATH = re.compile(r"^/[A-Za-z0-9._+,:=@%/ -]*$")
+#: A unit read in a group: a valid unit name systemctl prints as it is (no escapes).
+_PLAIN_UNIT = re.compile(
+    r"^[A-Za-z0-9:_][A-Za-z0-9:_.@-]*\.(service|socket|timer|target|mount|path)$")
+
+
+def _group_key(kind: str, cls, fact_kwargs: dict) -> str | None:
+    if kind == "systemd":
+        return _SystemdGroup.key(cls, fact_kwargs)
+    path = fact_kwargs.get("path")
+    if (isinstance(path, str) and _PLAIN_PATH.match(path) and "@@" not in path
+            and "  " not in path):
+        return path
+    return None
 
 
 def _group_reads(wanted):
-    """``({kind: {path: [index, ...]}}, the reads run one by one)``."""
+    """``({kind: {key: [index, ...]}}, the reads run one by one)``."""
     grouped: dict[str, dict[str, list[int]]] = {}
     single = []
     for item in wanted:
         index, cls, fact, args, kwargs = item[:5]
         kind = _GROUP_OF.get(f"{cls.__module__}:{cls.__qualname__}")
-        path = _fact_kwargs(fact, args, kwargs).get("path") if kind else None
-        if (isinstance(path, str) and _PLAIN_PATH.match(path) and "@@" not in path
-                and "  " not in path):
-            grouped.setdefault(kind, {}).setdefault(path, []).append(index)
+        key = _group_key(kind, cls, _fact_kwargs(fact, args, kwargs)) if kind else None
+        if key is not None:
+            grouped.setdefault(kind, {}).setdefault(key, []).append(index)
         else:
             single.append(item)
     return grouped, single
@@ -506,13 +557,14 @@ def _prefetch(host) -> int:
     results = split_output(output.stdout_lines)
     for kind, items in grouped.items():
         rc, lines = results.get(group_index[kind], (1, []))
-        answers = GROUPED[kind].split(lines) if rc == 0 else None
+        answers = GROUPED[kind].split(lines, list(items)) if rc == 0 else None
         if answers is None:  # not memoized: read the normal way
             continue
-        for path, indexes in items.items():
-            line = answers.get(path)
+        for key, indexes in items.items():
+            line = answers.get(key)
             for index in indexes:
-                results[index] = (0, [line] if line is not None else [])
+                results[index] = (0, line if isinstance(line, list) else
+                                  [line] if line is not None else [])
     memo = _memo(state, host.name)
     done = 0
     for index, cls, fact, args, kwargs, _, _ in wanted:
