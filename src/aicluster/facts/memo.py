@@ -345,6 +345,8 @@ class _StatGroup:
     Only GNU stat (``--version``) prints the closing mark, so elsewhere nothing is
     taken from this and the facts are read one by one."""
 
+    process_needs_command = False
+
     @staticmethod
     def command(paths: list[str]) -> str:
         from pyinfra.facts.files import LINUX_STAT_COMMAND
@@ -370,6 +372,9 @@ class _StatGroup:
 class _Sha1Group:
     """pyinfra's Sha1File for many paths in one ``sha1sum``: each path's line is the
     one its own command prints (``<sha1>  <path>``); a missing file has none."""
+
+    #: Sha1File's ``process`` reads the path its ``command`` stored on the fact.
+    process_needs_command = True
 
     @staticmethod
     def command(paths: list[str]) -> str:
@@ -398,6 +403,7 @@ class _SystemdGroup:
     ``UnitFileState``). Keys are ``"<property> <unit>"``."""
 
     PROPERTIES = ("SubState", "UnitFileState")
+    process_needs_command = False
 
     @staticmethod
     def key(cls, fact_kwargs: dict) -> str | None:
@@ -464,29 +470,18 @@ _PLAIN_UNIT = re.compile(
     r"^[A-Za-z0-9:_][A-Za-z0-9:_.@-]*\.(service|socket|timer|target|mount|path)$")
 
 
-def _group_key(kind: str, cls, fact_kwargs: dict) -> str | None:
+def _group_of(cls, fact_kwargs: dict) -> tuple[str | None, str | None]:
+    """``(kind, key)`` of a fact read in a group, or ``(None, None)``."""
+    kind = _GROUP_OF.get(f"{cls.__module__}:{cls.__qualname__}")
+    if kind is None:
+        return None, None
     if kind == "systemd":
-        return _SystemdGroup.key(cls, fact_kwargs)
+        return kind, _SystemdGroup.key(cls, fact_kwargs)
     path = fact_kwargs.get("path")
     if (isinstance(path, str) and _PLAIN_PATH.match(path) and "@@" not in path
             and "  " not in path):
-        return path
-    return None
-
-
-def _group_reads(wanted):
-    """``({kind: {key: [index, ...]}}, the reads run one by one)``."""
-    grouped: dict[str, dict[str, list[int]]] = {}
-    single = []
-    for item in wanted:
-        index, cls, fact, args, kwargs = item[:5]
-        kind = _GROUP_OF.get(f"{cls.__module__}:{cls.__qualname__}")
-        key = _group_key(kind, cls, _fact_kwargs(fact, args, kwargs)) if kind else None
-        if key is not None:
-            grouped.setdefault(kind, {}).setdefault(key, []).append(index)
-        else:
-            single.append(item)
-    return grouped, single
+        return kind, path
+    return kind, None
 
 
 def _await_prefetch(state, host) -> bool:
@@ -524,6 +519,8 @@ def _prefetch(host) -> int:
     except (OSError, ValueError):
         return 0
     wanted = []
+    grouped: dict[str, dict[str, list[int]]] = {}
+    parts = []
     for index, entry in enumerate(entries):
         try:
             name, args, kwargs = entry
@@ -531,6 +528,13 @@ def _prefetch(host) -> int:
             fact = cls()
             fact_kwargs = _fact_kwargs(fact, args, kwargs)
             if fact.check_preconditions(state, host):
+                continue
+            kind, key = _group_of(cls, fact_kwargs)
+            if key is not None:  # read with its kind in one command: not its own
+                if GROUPED[kind].process_needs_command:
+                    fact.command(**fact_kwargs)
+                grouped.setdefault(kind, {}).setdefault(key, []).append(index)
+                wanted.append((index, cls, fact, args, kwargs))
                 continue
             command = _make_command(fact.command, dict(fact_kwargs))
             requires = _make_command(fact.requires_command, dict(fact_kwargs))
@@ -541,11 +545,10 @@ def _prefetch(host) -> int:
         if not isinstance(command, str) or (requires is not None and not isinstance(
                 requires, str)):
             continue
-        wanted.append((index, cls, fact, args, kwargs, command, requires))
+        wanted.append((index, cls, fact, args, kwargs))
+        parts.append((index, command, requires))
     if not wanted:
         return 0
-    grouped, single = _group_reads(wanted)
-    parts = [(i, c, r) for i, _, _, _, _, c, r in single]
     group_index = {}
     for n, (kind, items) in enumerate(grouped.items()):
         group_index[kind] = len(entries) + n
@@ -567,7 +570,7 @@ def _prefetch(host) -> int:
                                   [line] if line is not None else [])
     memo = _memo(state, host.name)
     done = 0
-    for index, cls, fact, args, kwargs, _, _ in wanted:
+    for index, cls, fact, args, kwargs in wanted:
         if index not in results:
             continue
         rc, lines = results[index]
