@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -226,6 +227,35 @@ def test_user_config_merges_over_the_defaults(store):
     assert cfg["node-label"] == ["topology.kubernetes.io/zone=rack1"]
 
 
+def test_every_node_listens_on_its_cluster_address_and_servers_on_the_api_port(store):
+    p = _plan(store, ONE, extra={"k3s_api_port": 7443})
+    server, agent = _config(p, "s1"), _config(p, "cpu1")
+    # k3s's default is every address; the API, the kubelet and the admin kubeconfig k3s
+    # writes use bind-address.
+    assert server["bind-address"] == server["node-ip"] == "10.20.0.11"
+    assert agent["bind-address"] == agent["node-ip"] == "10.20.0.31"
+    # k3s_api_port is where the servers listen, not only where agents join.
+    assert server["https-listen-port"] == 7443
+    assert agent["server"] == "https://10.20.0.11:7443" and "https-listen-port" not in agent
+
+
+def test_bind_address_from_the_inventory_wins_and_null_means_every_address(store):
+    p = _plan(store, ONE, extra={"k3s_config": {"bind-address": "0.0.0.0"}})
+    assert _config(p, "s1")["bind-address"] == "0.0.0.0"
+    p = _plan(store, ONE, extra={"k3s_config": {"bind-address": None}})
+    assert "bind-address" not in _config(p, "s1") and "bind-address" not in _config(p, "cpu1")
+
+
+def test_a_standin_gpu_is_no_nvidia_gpu_for_k3s(store):
+    standin = ("cpu1", {**CPU1[1], "hardware": {**CPU1[1]["hardware"], "gpus": {
+        "model": "standin", "count": 1, "vendor": "standin"}}})
+    inventory = ([S1, standin], {**ONE[1], "gpu_nodes": ["cpu1"]})
+    p = _plan(store, inventory, extra={"k3s_nvidia_device_plugin_image": ""})
+    assert "node-label" not in _config(p, "cpu1")
+    for dest in k3s.MANIFESTS:
+        p.op("s1", f"No GPU manifest {dest} (no k3s node has GPUs)")
+
+
 def test_gpu_agent_gets_label_images_and_servers_the_manifests(store):
     p = _plan(store)
     gpu = _config(p, "gpu1")
@@ -330,6 +360,29 @@ def test_version_bump_servers_one_at_a_time_then_agents_each_drained(store):
     assert stage.commands and stage.index < servers["s1"].index
     # Nothing else restarts: the upgrade's restart picks up any new config.
     assert not any("restart one node" in n for n in p.names("s1"))
+
+
+def _helper(tmp_path, kubelet_says: str, timeout: int) -> int:
+    """Run the rendered rollout helper's ``wait`` against a fake k3s whose kubectl
+    answers ``kubelet_says`` for the node's Ready status and kubelet version."""
+    fake = tmp_path / "k3s"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && echo 'k3s version v{NEW} (x)' "
+                    f"&& exit 0\nprintf '%s' '{kubelet_says}'\n")
+    fake.chmod(0o755)
+    v = {"k3s_unit": "k3s-agent", "inventory_hostname": "cpu1", "k3s_binary": str(fake),
+         "k3s_staged_binary": str(tmp_path / "staged"), "k3s_ready_timeout": timeout,
+         "k3s_version": NEW}
+    helper = tmp_path / "aicluster-k3s"
+    helper.write_text(render("k3s", "aicluster-k3s.j2", v))
+    return subprocess.run(["sh", str(helper), "wait"], capture_output=True).returncode
+
+
+def test_after_a_restart_only_the_pinned_kubelet_being_ready_counts(tmp_path):
+    # Right after a restart the Node still shows the old kubelet's Ready status: the
+    # helper waits for the new release (here it gives up at once, timeout 0).
+    assert _helper(tmp_path, f"True v{OLD}", timeout=0) == 1
+    assert _helper(tmp_path, f"Unknown v{NEW}", timeout=0) == 1
+    assert _helper(tmp_path, f"True v{NEW}", timeout=0) == 0
 
 
 def test_a_bump_that_skips_a_minor_version_is_refused(store, caplog):
@@ -442,6 +495,15 @@ def test_bad_settings_are_refused_naming_host_and_field(store):
     assert "host 's1': k3s_ready_timeout: 0 is not a positive integer" in msg
     assert "host 'cpu1': k3s_api_port: 70000 is not a port" in msg
     assert "host 'cpu1': k3s_api_port: 70000 differs from 6443 on host 's1'" in msg
+
+
+def test_a_bind_address_that_is_no_ip_address_and_the_api_port_in_k3s_config_are_refused(
+        store):
+    msg = _validate(store, [S1], {"k3s_servers": ["s1"]},
+                    k3s_config={"bind-address": "node1.lab", "https-listen-port": 7443})
+    assert "host 's1': k3s_config.bind-address: 'node1.lab' is not an IP address" in msg
+    assert "host 's1': k3s_config.https-listen-port: aicluster sets https-listen-port " \
+        "itself (from k3s_api_port)" in msg
 
 
 def test_an_inline_token_in_k3s_config_is_refused_without_its_value(store):

@@ -92,7 +92,12 @@ COMPUTED_KEYS = {
     "agent-token": "secrets.k3s_token",
     "agent-token-file": "secrets.k3s_token",
     "node-label": "k3s_node_labels",
+    "https-listen-port": "k3s_api_port",
 }
+#: Where k3s listens when the inventory does not say (k3s's own default is every
+#: address): the node's address on k3s_network (docs/components/k3s.md, "Addresses and
+#: ports").
+BIND_KEY = "bind-address"
 CONFIG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 LABEL_RE = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
@@ -168,24 +173,35 @@ def token_ref(cluster: Cluster) -> dict[str, str]:
 
 
 def has_gpus(cluster: Cluster, name: str) -> bool:
-    return cluster.hosts[name].spec.hardware.gpus.count > 0
+    """Whether the host has NVIDIA GPUs for k3s to offer (a stand-in GPU, vendor
+    "standin", is none: no NVIDIA runtime, label or device plugin for it)."""
+    gpus = cluster.hosts[name].spec.hardware.gpus
+    return gpus.count > 0 and gpus.vendor == "nvidia"
 
 
 def node_config(v: Mapping[str, Any], *, role: str, host_name: str, node_ip: str,
                 iface: str, cluster_init: bool, server_url: str, gpu: bool,
-                tls_san: list[str]) -> dict[str, Any]:
+                tls_san: list[str], api_port: int = 6443) -> dict[str, Any]:
     """config.yaml as a dict: the defaults, the inventory's ``k3s_config`` over them (a
-    null value drops a key), then what aicluster computes."""
+    null value drops a key), then what aicluster computes. ``bind-address`` is the node
+    address unless the settings name one (or drop it with null: k3s's own default,
+    every address)."""
     out: dict[str, Any] = dict(v["k3s_default_config"] or {})
     if role == "server":
         out.update(v["k3s_server_default_config"] or {})
+    dropped = set()
     for key, value in (v["k3s_config"] or {}).items():
         if value is None:
             out.pop(key, None)
+            dropped.add(key)
         else:
             out[key] = value
+    if BIND_KEY not in out and BIND_KEY not in dropped:
+        out[BIND_KEY] = node_ip
     out["node-name"] = host_name
     out["node-ip"] = node_ip
+    if role == "server":
+        out["https-listen-port"] = int(api_port)
     out["token-file"] = TOKEN_FILE
     if iface:
         out["flannel-iface"] = iface
@@ -256,7 +272,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
     config = node_config(
         v, role=role, host_name=host_name, node_ip=node_ip, iface=iface,
         cluster_init=cluster_init, server_url=server_url, gpu=gpu,
-        tls_san=[registration] if registration else [],
+        tls_san=[registration] if registration else [], api_port=port,
     )
     unit = "k3s" if role == "server" else "k3s-agent"
     admin = admin_server(cluster, host_name)
@@ -422,7 +438,18 @@ def _check_config(where: str, key: str, config: Any) -> list[str]:
         elif not _config_value(value):
             errors.append(f"{where}: {key}.{name}: {value!r} is not a string, number, "
                           "boolean or list of strings")
+        elif name == BIND_KEY and value is not None and not _ip_address(value):
+            errors.append(f"{where}: {key}.{name}: {value!r} is not an IP address (k3s "
+                          "listens on one address, or on every address with 0.0.0.0 or ::)")
     return errors
+
+
+def _ip_address(value: Any) -> bool:
+    try:
+        ipaddress.ip_address(str(value))
+        return True
+    except ValueError:
+        return False
 
 
 def _config_value(value: Any) -> bool:
