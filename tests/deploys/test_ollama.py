@@ -563,3 +563,22 @@ def test_model_names_map_to_their_manifests():
     assert ollama.manifest_path("hub.lab:5000/ml/coder:7b") == "hub.lab:5000/ml/coder/7b"
     for bad in ("", "a/b/c/d", "x:", " llama", "llama@sha256:00"):
         assert ollama.parse_model(bad) is None, bad
+
+
+def test_the_gateway_removes_the_distributions_default_site(cache, distro):
+    """Debian's and Ubuntu's default nginx site listens on port 80 of every address: the
+    gateway removes it (and reloads nginx), unless the inventory keeps it; Rocky's
+    default server is in nginx.conf itself, so there is nothing to remove."""
+    site = "/etc/nginx/sites-enabled/default"
+    links = {site: "/etc/nginx/sites-available/default"}
+    present = {"head": {"Link": _existing({}, links)["Link"]}}
+    p = _plan(cache, distro, facts=present)
+    name = "Remove the distribution's default nginx site"
+    if DISTRIBUTIONS[distro]["name"] in ("Debian", "Ubuntu"):
+        assert f"rm -f {site}" in p.op("head", name).text
+    else:
+        assert name not in p.names("head")
+    kept = _plan(cache, distro, facts=present,
+                 extra={"ollama_gateway_keep_default_site": True})
+    assert name not in kept.names("head")
+    assert not any(site in op.text for op in kept.ops["head"])

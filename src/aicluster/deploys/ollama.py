@@ -648,9 +648,17 @@ def _gateway(v: dict[str, Any], family: str, me: Mapping[str, Any]) -> None:
             )
     conf = put_template("ollama", "ollama-gateway.conf.j2", GATEWAY_CONF, v,
                         name="Write the Ollama gateway (nginx)")
+    changed = [conf]
+    default_site = v["ollama_gateway_default_site"]
+    if default_site and not v["ollama_gateway_keep_default_site"]:
+        # Debian's and Ubuntu's default site listens on port 80 of every address.
+        site = files.link(name="Remove the distribution's default nginx site",
+                          path=default_site, present=False, force=True, force_backup=False)
+        changed.append(site)
+    gateway_changed = any_changed(*changed)
     server.shell(name="Check nginx's configuration", commands=["nginx -t -q"],
-                 _if=conf.did_change)
+                 _if=gateway_changed)
     systemd.service(name="nginx running and enabled", service="nginx", running=True,
                     enabled=True)
     server.shell(name="Reload nginx (the gateway changed)",
-                 commands=["systemctl reload-or-restart nginx.service"], _if=conf.did_change)
+                 commands=["systemctl reload-or-restart nginx.service"], _if=gateway_changed)
