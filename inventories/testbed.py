@@ -177,6 +177,47 @@ def _releases(component: str) -> bool:
 
 # (release components: one block each, below)
 
+# k3s, when the artifact directory holds its release (the e2e tests' STAND-IN, or the
+# real files): node1 the server (SQLite), the other nodes agents. On the management
+# network, so the role's molecule scenario (no network component) deploys the same.
+# The cluster token is generated once per testbed on this machine (mode 0600).
+if _releases("k3s"):
+    k3s_servers = [_state["nodes"][0]["name"]]
+    k3s_agents = [n["name"] for n in _state["nodes"][1:]]
+    all[1]["k3s_network"] = "management"
+    all[1]["secrets"]["k3s_token"] = {"file": str(state_dir() / "secrets" / "k3s-token")}
+
+# Ollama, when the artifact directory holds its release (the e2e tests' STAND-IN, or
+# the real files): every node serves Ollama on 11434, and node1 also runs the nginx
+# gateway in front of them all, on 11435 (its own Ollama has 11434). On the management
+# network, so the role's molecule scenario (no network component) deploys the same.
+if _releases("ollama"):
+    ollama = [n["name"] for n in _state["nodes"]]
+    ollama_gateway = [_state["nodes"][0]["name"]]
+    all[1]["ollama_network"] = "management"
+    all[1]["ollama_gateway_port"] = 11435
+
+# MinIO, when the artifact directory holds its release (the e2e tests' STAND-IN, or the
+# real files): every node with a disk named minio* (`aicluster testbed disk add NODE
+# minio --size 1G`) is a server with that drive (empty: made XFS, mounted at
+# /mnt/minio1); without such disks, node1 alone with a directory. Two buckets, one
+# versioned and one anonymous users may read. On the management network, so the
+# role's molecule scenario (no network component) deploys the same. The root password
+# is derived from a secret generated once per testbed on this machine (mode 0600).
+if _releases("minio"):
+    _minio_disks = {n["name"]: [d["by_id"] for d in _state.get("disks") or []
+                                if d["node"] == n["name"] and d["name"].startswith("minio")]
+                    for n in _state["nodes"]}
+    minio = [n for n, d in _minio_disks.items() if d] or [_state["nodes"][0]["name"]]
+    for _name, _data in all[0]:
+        if _minio_disks[_name]:
+            _data["minio_drives"] = [{"device": d} for d in _minio_disks[_name]]
+    all[1]["minio_network"] = "management"
+    all[1]["minio_buckets"] = [{"name": "testbed", "versioning": True},
+                               {"name": "testbed-public", "policy": "download"}]
+    all[1]["secrets"]["minio_root_password"] = {
+        "file": str(state_dir() / "secrets" / "minio.secret")}
+
 if _overrides:
     all[1].update(_overrides)
     # group_data/all.py (pinned versions) wins over the data above; host data wins

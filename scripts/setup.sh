@@ -21,9 +21,11 @@ if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     apt_install python3 python3-venv python3-pip
 fi
 missing=()
-for tool in ssh:openssh-client git:git; do
+for tool in ssh:openssh-client git:git gcc:gcc; do
     command -v "${tool%%:*}" >/dev/null || missing+=("${tool##*:}")
 done
+# C headers and the static C library: the STAND-IN minio's launcher (tests/e2e/standins).
+[ -e /usr/include/stdio.h ] || missing+=(libc6-dev)
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 
 stamp=.venv/.aicluster-installed

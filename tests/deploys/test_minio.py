@@ -489,6 +489,28 @@ def test_a_second_run_changes_nothing(cache):
         assert not p.changing(name), (name, p.changing(name))
 
 
+def test_a_bucket_without_policy_that_mc_calls_private_is_left_alone(cache):
+    """mc answers `anonymous get` for a bucket without a policy with "private" (its
+    stringToAccessPerm), where the inventory and `mc anonymous set` say "none". Read
+    as it was printed, every deploy set the policy again (found on the testbed)."""
+    hosts = _four()
+    buckets = [{"name": "scratch"}]
+    first = _plan(hosts, cache, minio_buckets=buckets)
+    facts = _apt_fresh(_deployed(cache, hosts, first, minio_buckets=buckets))
+    printed = [
+        "mc-rc=0", 'bucket={"status":"success","type":"folder","key":"scratch/"}',
+        'anonymous=scratch {"operation":"get","status":"success","bucket":'
+        '"aicluster/scratch","permission":"private"}',
+        'versioning=scratch {"Op":"info","status":"success","url":"aicluster/scratch",'
+        '"versioning":{"status":"","MFADelete":""}}',
+    ]
+    facts["stor1"]["MinioState"] = {**facts["stor1"]["MinioState"],
+                                    "buckets": state_parse(printed)["buckets"]}
+    assert facts["stor1"]["MinioState"]["buckets"]["anonymous"] == {"scratch": "none"}
+    p = _plan(hosts, cache, facts, minio_buckets=buckets)
+    assert not p.changing("stor1"), p.changing("stor1")
+
+
 def test_a_version_bump_replaces_every_binary_then_restarts_all_servers_together(cache):
     hosts = _four()
     old = _plan(hosts, cache, version="1.0.0")

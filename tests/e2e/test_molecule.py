@@ -17,6 +17,18 @@ destroys itself (destroy, syntax, create, converge, idempotence, verify, destroy
 - nfs: node1 serves a directory of its NVMe cache (a STAND-IN drive) with nfs-ganesha;
   node2 (no kernel NFS client) mounts nothing and says why; verify writes and reads a
   file from node2 through ganesha with libnfs, checksums equal.
+- ollama: the STAND-IN release ("stand-in ollama (not Ollama)", tests/e2e/standins/
+  ollama.py) on both nodes, nginx (Debian's) as the gateway on node1; verify checks the
+  units, the listen addresses, the pulled model, and 20 requests through the gateway
+  answered by both nodes.
+- k3s: the STAND-IN k3s (tests/e2e/standins/k3s.py; not k3s): server on node1, agent on
+  node2; verify checks the units, that k3s listens only on each node's cluster address,
+  the token file's mode, and both nodes Ready with the pinned version.
+- minio: the STAND-IN minio and mc (tests/e2e/standins/minio.py: our own S3 server, which
+  verifies every request's signature against the root credentials) on both nodes, each
+  with an empty STAND-IN drive (a loop device) made XFS; verify checks the units, the
+  listen addresses, an object put through node1 read through both, a wrong password
+  refused, anonymous reads as the bucket policies say.
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ from tests.e2e.conftest import BIN, ROOT, run
 
 @pytest.mark.parametrize(
     "role",
-    ["base", "network", "infiniband", "nvidia", "nvme_cache", "nfs", "ceph", "slurm", "ray"],
+    ["base", "network", "infiniband", "nvidia", "nvme_cache", "nfs", "ceph", "slurm", "ray",
+     "ollama", "k3s", "minio"],
 )
 def test_molecule_scenario(role, tmp_path, monkeypatch):
     if os.geteuid() != 0:

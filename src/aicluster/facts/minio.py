@@ -11,7 +11,8 @@
   of ``/`` (MinIO refuses such a drive when the cluster has more than one);
 * with buckets asked (the first MinIO host, while the server runs): ``mc-rc=N`` (the
   exit status of listing the buckets), ``bucket=JSON`` per bucket (``mc ls --json``),
-  ``anonymous=NAME JSON`` and ``versioning=NAME JSON`` per bucket the inventory names.
+  ``anonymous=NAME JSON`` and ``versioning=NAME JSON`` per bucket the inventory names
+  (mc's "private", a bucket without a policy, is read as the inventory's "none").
 
 Nothing secret is printed: mc gets the root credentials from /etc/default/minio
 through aicluster-minio-mc, in its environment only.
@@ -113,7 +114,10 @@ def parse(lines: Iterable[str]) -> dict[str, Any]:
             name, _, text = value.partition(" ")
             entry = _json(text)
             if key == "anonymous" and entry.get("status") == "success":
-                buckets["anonymous"][name] = str(entry.get("permission", ""))
+                permission = str(entry.get("permission", ""))
+                # mc calls a bucket without a policy "private" (its stringToAccessPerm);
+                # the inventory, like `mc anonymous set`, says "none".
+                buckets["anonymous"][name] = "none" if permission == "private" else permission
             elif key == "versioning" and entry.get("status") == "success":
                 status = (entry.get("versioning") or {}).get("status", "")
                 buckets["versioning"][name] = str(status or "")
