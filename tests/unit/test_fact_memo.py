@@ -173,15 +173,7 @@ def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatc
     assert saved.count("a.conf\"") == 3 and "x = 1" not in saved  # names, never values
 
     # The next run: one command answers all of them; no fact command runs after it.
-    state, host = _local_state()
-    commands = []
-    real_run = host.run_shell_command
-
-    def counting(*args, **kwargs):
-        commands.append(args[0])
-        return real_run(*args, **kwargs)
-
-    monkeypatch.setattr(host, "run_shell_command", counting)
+    state, host, commands = _counting_local_state(monkeypatch)
     with ctx_state.use(state), ctx_host.use(host):
         assert memo.prefetch_facts(host) == len(asks)
         assert len(commands) == 1
@@ -194,6 +186,20 @@ def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatc
     assert again[9] is None and again[11] and again[13]
     script = commands[0].get_raw_value()
     assert "sha1sum -- " in script and "stat -c " in script
+
+
+def _counting_local_state(monkeypatch):
+    """A local host whose shell commands are listed as they run."""
+    state, host = _local_state()
+    commands = []
+    real_run = host.run_shell_command
+
+    def counting(*args, **kwargs):
+        commands.append(args[0])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(host, "run_shell_command", counting)
+    return state, host, commands
 
 
 def _no_atime(value):
@@ -400,15 +406,7 @@ def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
     assert first[0] == {"chrony.service": True} and first[3] == {"slurmd.service": False}
     assert first[4] == {"ssh.service": True} and first[5] == {"missing.service": False}
 
-    state, host = _local_state()
-    commands = []
-    real_run = host.run_shell_command
-
-    def counting(*args, **kwargs):
-        commands.append(args[0])
-        return real_run(*args, **kwargs)
-
-    monkeypatch.setattr(host, "run_shell_command", counting)
+    state, host, commands = _counting_local_state(monkeypatch)
     with ctx_state.use(state), ctx_host.use(host):
         assert memo.prefetch_facts(host) == len(asks)
         again = [host.get_fact(cls, **kw) for cls, kw in asks]
