@@ -148,15 +148,14 @@ def speed_up_pyinfra() -> None:
     # importlib: the name pyinfra.api.operation is the decorator, not the module.
     operation = importlib.import_module("pyinfra.api.operation")
     operation.get_operation_order_from_stack = _get_operation_order_from_stack
-    for name in ("pyinfra.api.arguments", "pyinfra.api.facts"):
-        module = importlib.import_module(name)
-        if hasattr(module, "all_global_arguments"):
-            module.all_global_arguments = cached_global_arguments
     ORIGINALS["pop_global_arguments"] = importlib.import_module(
         "pyinfra.api.arguments").pop_global_arguments
+    # Each module that imported them by name has its own reference to replace.
     for name in ("pyinfra.api.arguments", "pyinfra.api.facts", "pyinfra.api.deploy",
                  "pyinfra.api.operation"):
         module = importlib.import_module(name)
+        if hasattr(module, "all_global_arguments"):
+            module.all_global_arguments = cached_global_arguments
         if hasattr(module, "pop_global_arguments"):
             module.pop_global_arguments = pop_global_arguments
     _INSTALLED.append(True)

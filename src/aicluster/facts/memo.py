@@ -348,6 +348,10 @@ class _StatGroup:
     process_needs_command = False
 
     @staticmethod
+    def key(cls, fact_kwargs: dict) -> str | None:
+        return _plain_path(fact_kwargs)
+
+    @staticmethod
     def command(paths: list[str]) -> str:
         from pyinfra.facts.files import LINUX_STAT_COMMAND
 
@@ -358,14 +362,14 @@ class _StatGroup:
                 f"echo '{_MARK}done'; fi")
 
     @staticmethod
-    def split(lines: list[str], keys: list[str]) -> dict[str, str] | None:
+    def split(lines: list[str], keys: list[str]) -> dict[str, list[str]] | None:
         if f"{_MARK}done" not in lines:
             return None
         out = {}
         for line in lines:
             if line.startswith(_MARK) and line != f"{_MARK}done":
                 path, _, rest = line[len(_MARK):].partition(f"{_MARK} ")
-                out[path] = rest
+                out[path] = [rest]
         return out
 
 
@@ -377,20 +381,24 @@ class _Sha1Group:
     process_needs_command = True
 
     @staticmethod
+    def key(cls, fact_kwargs: dict) -> str | None:
+        return _plain_path(fact_kwargs)
+
+    @staticmethod
     def command(paths: list[str]) -> str:
         quoted = " ".join(shlex.quote(p) for p in paths)
         return (f"if command -v sha1sum >/dev/null 2>&1; then "
                 f"sha1sum -- {quoted} 2>/dev/null; echo '{_MARK}done'; fi")
 
     @staticmethod
-    def split(lines: list[str], keys: list[str]) -> dict[str, str] | None:
+    def split(lines: list[str], keys: list[str]) -> dict[str, list[str]] | None:
         if f"{_MARK}done" not in lines:
             return None
         out = {}
         for line in lines:
             digest, sep, path = line.partition("  ")
             if sep and len(digest) == 40:
-                out[path] = line
+                out[path] = [line]
         return out
 
 
@@ -470,18 +478,21 @@ _PLAIN_UNIT = re.compile(
     r"^[A-Za-z0-9:_][A-Za-z0-9:_.@-]*\.(service|socket|timer|target|mount|path)$")
 
 
+def _plain_path(fact_kwargs: dict) -> str | None:
+    """The fact's path, when it is plain enough to be read in a group."""
+    path = fact_kwargs.get("path")
+    if (isinstance(path, str) and _PLAIN_PATH.match(path) and "@@" not in path
+            and "  " not in path):
+        return path
+    return None
+
+
 def _group_of(cls, fact_kwargs: dict) -> tuple[str | None, str | None]:
     """``(kind, key)`` of a fact read in a group, or ``(None, None)``."""
     kind = _GROUP_OF.get(f"{cls.__module__}:{cls.__qualname__}")
     if kind is None:
         return None, None
-    if kind == "systemd":
-        return kind, _SystemdGroup.key(cls, fact_kwargs)
-    path = fact_kwargs.get("path")
-    if (isinstance(path, str) and _PLAIN_PATH.match(path) and "@@" not in path
-            and "  " not in path):
-        return kind, path
-    return kind, None
+    return kind, GROUPED[kind].key(cls, fact_kwargs)
 
 
 def _await_prefetch(state, host) -> bool:
@@ -564,10 +575,8 @@ def _prefetch(host) -> int:
         if answers is None:  # not memoized: read the normal way
             continue
         for key, indexes in items.items():
-            line = answers.get(key)
             for index in indexes:
-                results[index] = (0, line if isinstance(line, list) else
-                                  [line] if line is not None else [])
+                results[index] = (0, answers.get(key, []))
     memo = _memo(state, host.name)
     done = 0
     for index, cls, fact, args, kwargs in wanted:
