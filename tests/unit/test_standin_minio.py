@@ -207,6 +207,8 @@ def test_anonymous_users_get_what_the_policy_grants(built, cluster):
 
 def test_mc_answers_what_the_role_runs_in_what_the_fact_parses(built, cluster, tmp_path):
     port = cluster["ports"][0]
+    # Its own "models" bucket (another test of the module may make it first, or not run).
+    assert _mc(built, port, "mb", "--ignore-existing", "aicluster/models").returncode == 0
     for _ in range(2):
         out = _mc(built, port, "mb", "--ignore-existing", "aicluster/checkpoints")
         assert out.returncode == 0, out.stderr
