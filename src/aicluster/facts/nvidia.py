@@ -39,9 +39,11 @@ TURING_OR_NEWER_MODEL_RE = re.compile(
 FACT_COMMAND = r"""
 for d in /sys/bus/pci/devices/*; do
   [ -r "$d/vendor" ] || continue
-  [ "$(cat "$d/vendor")" = 0x10de ] || continue
-  echo "pci=${d##*/} $(cat "$d/class") $(cat "$d/device")"
-done
+  pci_vendor=; read -r pci_vendor < "$d/vendor"
+  [ "$pci_vendor" = 0x10de ] || continue
+  pci_class=; pci_device=; read -r pci_class < "$d/class"; read -r pci_device < "$d/device"
+  echo "pci=${d##*/} $pci_class $pci_device"
+done 2>/dev/null
 if command -v nvidia-smi >/dev/null 2>&1; then
   q=index,name,memory.total,driver_version,persistence_mode,pci.bus_id
   if out=$(nvidia-smi --query-gpu=$q --format=csv,noheader,nounits 2>&1); then
