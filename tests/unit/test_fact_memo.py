@@ -4,6 +4,8 @@ an upload or a Python callback runs on any host; never memoised inside a callbac
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -346,7 +348,7 @@ def test_answers_are_copies_no_operation_can_alter():
 #: A STAND-IN systemctl for this machine, which has no systemd: ``show`` prints what
 #: systemd 252 printed on a testbed node for these units (one block per unit named, in
 #: the order named, blank line between; the properties asked for in systemd's own order,
-#: Id, SubState, UnitFileState, whatever order they were asked in).
+#: Id, LoadState, SubState, UnitFileState, whatever order they were asked in).
 _FAKE_SYSTEMCTL = r"""#!/usr/bin/env python3
 import sys
 UNITS = {"chrony.service": ("running", "enabled"), "slurmd.service": ("dead", "disabled"),
@@ -362,24 +364,32 @@ while i < len(args):
         i += 1
     else:
         units.append(args[i]); i += 1
+if "--value" in units:  # one unit, the values alone (UnitLoaded's own command)
+    units.remove("--value")
+    unit = ALIASES.get(units[0], units[0])
+    print("loaded" if unit in UNITS else "not-found")
+    sys.exit(0)
 blocks = []
 for unit in units:
     unit = ALIASES.get(unit, unit)
     sub, enabled = UNITS.get(unit, ("dead", ""))
-    values = {"Id": unit, "SubState": sub, "UnitFileState": enabled}
+    load = "loaded" if unit in UNITS else "not-found"
+    values = {"Id": unit, "LoadState": load, "SubState": sub, "UnitFileState": enabled}
     blocks.append("\n".join(f"{p}={values[p]}" for p in values if p in props))
 print("\n\n".join(blocks))
 """
 
 
 def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
-    """SystemdStatus and SystemdEnabled of many units come from one ``systemctl show``;
-    each answer is what the fact's own command gives (an alias, a unit that does not
-    exist, one asked as a list); a unit named oddly, or a user-mode read, alone."""
+    """SystemdStatus, SystemdEnabled and UnitLoaded of many units come from one
+    ``systemctl show``; each answer is what the fact's own command gives (an alias, a
+    unit that does not exist, one asked as a list); a unit named oddly, or a user-mode
+    read, alone."""
     from pyinfra.context import ctx_host, ctx_state
     from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
     from aicluster.facts import memo
+    from aicluster.facts.system import UnitLoaded
 
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -396,6 +406,9 @@ def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
         (SystemdEnabled, {"services": "slurmd.service"}),
         (SystemdStatus, {"services": "sshd.service"}),  # an alias: Id is ssh.service
         (SystemdEnabled, {"services": "missing.service"}),
+        (UnitLoaded, {"unit": "slurmd.service"}),
+        (UnitLoaded, {"unit": "sshd.service"}),
+        (UnitLoaded, {"unit": "missing.service"}),
         (SystemdStatus, {"services": "bad\\x20name.service"}),  # not plain: alone
         (SystemdStatus, {"services": "chrony.service", "user_mode": True}),  # alone
     ]
@@ -405,6 +418,7 @@ def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
         memo.save_reads(host)
     assert first[0] == {"chrony.service": True} and first[3] == {"slurmd.service": False}
     assert first[4] == {"ssh.service": True} and first[5] == {"missing.service": False}
+    assert first[6:9] == [True, True, False]
 
     state, host, commands = _counting_local_state(monkeypatch)
     with ctx_state.use(state), ctx_host.use(host):
@@ -413,7 +427,7 @@ def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
     assert len(commands) == 1 and again == first
     script = commands[0].get_raw_value()
     group = ("systemctl show --all --property Id --property SubState --property UnitFileState"
-             " chrony.service slurmd.service sshd.service missing.service &&")
+             " --property LoadState chrony.service slurmd.service sshd.service missing.service &&")
     assert script.count("--property UnitFileState") == 1 and group in script
 
 
@@ -430,3 +444,37 @@ def test_a_systemctl_answer_that_does_not_fit_is_not_used():
                                "Id=b.service", "SubState=dead", "UnitFileState=", done], keys)
     assert got == {"SubState a.service": ["Id=a.service", "SubState=running"],
                    "UnitFileState b.service": ["Id=b.service", "UnitFileState="]}
+
+
+def _lines_as_pyinfra_reads(stdout: bytes) -> list[str]:
+    """A command's output lines as pyinfra's read_buffer makes them."""
+    return [line.decode("utf-8").rstrip("\n") for line in stdout.splitlines(keepends=True)]
+
+
+def test_a_packed_answer_reads_as_the_plain_one(tmp_path):
+    """The one-command read comes back gzipped in one base64 line where the node has
+    gzip and base64, and reads exactly as the plain output would (empty lines, a last
+    line without newline, UTF-8); without gzip it is the plain output."""
+    from aicluster.facts import memo
+
+    script = memo.batch_command([
+        (0, "printf 'a\\n\\n  b c \\n\\n'", None),
+        (1, "printf 'gr\\303\\274n\\n'; seq 1 3000", None),
+        (2, "printf 'last'", None),
+    ])
+    plain = _lines_as_pyinfra_reads(subprocess.run(
+        ["sh", "-c", script], capture_output=True, check=True).stdout)
+    packed = _lines_as_pyinfra_reads(subprocess.run(
+        ["sh", "-c", memo.packed(script)], capture_output=True, check=True).stdout)
+    assert len(packed) == 2 and packed[0] == "@@aicluster-fact@@ gzip"
+    assert memo.unpacked(packed) == plain
+    assert memo.split_output(plain)[1][1][0] == "grün"
+    assert memo.unpacked(plain) == plain
+    with pytest.raises(ValueError):
+        memo.unpacked([packed[0], packed[1][: len(packed[1]) // 2]])
+    bindir = tmp_path
+    for tool in ("sh", "printf", "seq"):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    without_gzip = subprocess.run(["sh", "-c", memo.packed(script)], capture_output=True,
+                                  check=True, env={"PATH": str(bindir)}).stdout
+    assert _lines_as_pyinfra_reads(without_gzip) == plain

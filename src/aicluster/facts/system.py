@@ -81,6 +81,10 @@ class UserAccount(FactBase):
 class UnitLoaded(FactBase):
     """Whether systemd knows the unit (its unit file is installed), enabled or not."""
 
+    #: The unit property read (as pyinfra's systemd facts name theirs): the fact
+    #: prefetch reads it with other units' states in one systemctl (facts.memo).
+    state_key = "LoadState"
+
     def requires_command(self, *args, **kwargs) -> str:
         return "systemctl"
 
