@@ -108,21 +108,30 @@ def pop_global_arguments(state, host, kwargs):
         assert config is not None
 
     meta_kwargs = host.current_deploy_kwargs or {}
-    layers = list(extract_callable_datas(host.data.datas))
+    global_arguments = cached_global_arguments()
+    # Each argument the host's data sets, from the first layer that holds it: one
+    # pass over the layers' keys, not a lookup in every layer for every argument.
+    names = {key for key, _ in global_arguments}
+    in_data: dict = {}
+    for layer in extract_callable_datas(host.data.datas):
+        keys = names.intersection(layer) if type(layer) is dict else names
+        for key in keys:
+            if key in in_data:
+                continue
+            try:
+                in_data[key] = layer[key]
+            except KeyError:
+                continue
 
     arguments = {}
     found_keys = []
-    for key, type_ in cached_global_arguments():
+    for key, type_ in global_arguments:
         argument_meta = all_argument_meta[key]
         handler = argument_meta.handler
-        default = argument_meta.default(config)
-
-        for layer in layers:
-            try:
-                default = copy(layer[key])
-            except KeyError:
-                continue
-            break
+        if key in in_data:
+            default = copy(in_data[key])
+        else:
+            default = argument_meta.default(config)
 
         if key in kwargs:
             found_keys.append(key)
