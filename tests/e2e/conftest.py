@@ -7,10 +7,12 @@ run the rest alone with ``-m 'not e2e'``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,20 +73,37 @@ class Testbed:
         return proc.stdout
 
 
-@pytest.fixture(scope="module")
-def testbed():
-    """A fresh two-node testbed for one test module (one engine)."""
+@contextlib.contextmanager
+def fresh_testbed(disks: tuple[tuple[str, str, str], ...] = ()) -> Iterator[
+        tuple[Testbed, dict[tuple[str, str], dict]]]:
+    """A fresh two-node testbed (one left over is taken down first), with a STAND-IN
+    loop disk for each ``(node, name, size)`` in *disks*; taken down when the block
+    ends, whatever happened. Yields the testbed and ``{(node, name): disk}`` (what
+    ``testbed disk add`` made: its loop device and stable name)."""
     if os.geteuid() != 0:
         pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
     from aicluster import testbed as tb
+    from aicluster.testbed.core import disk_add
 
     if tb.state.load_state():
         tb.down()
     try:
         state = tb.up(nodes=2)
-        yield Testbed(state)
+        made = {(node, name): disk_add(node, name, size) for node, name, size in disks}
+        if made:
+            print("STAND-IN drives: sparse loop devices, " + ", ".join(
+                f"/dev/disk/by-id/aicluster-testbed-{node}-{name} ({size})"
+                for node, name, size in disks))
+        yield Testbed(tb.state.load_state() or state), made
     finally:
         tb.down()
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    """A fresh two-node testbed for one test module (one engine)."""
+    with fresh_testbed() as (bed, _):
+        yield bed
 
 
 def pyinfra_results(output: str) -> dict[str, int]:

@@ -20,7 +20,6 @@ ceph-fuse.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -41,28 +40,16 @@ SIZE_WARNINGS = {"MDS_INSUFFICIENT_STANDBY", "MON_DISK_LOW", "TOO_FEW_OSDS",
 def ceph_testbed(request):
     """A fresh two-node testbed per engine, each node with an empty 10 GiB STAND-IN
     disk for its OSD."""
-    if os.geteuid() != 0:
-        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
-    from aicluster import testbed as tb
-    from aicluster.testbed.core import disk_add
-
-    if tb.state.load_state():
-        tb.down()
     try:
-        state = tb.up(nodes=2)
-        for node in ("node1", "node2"):
-            disk_add(node, "ceph", "10G")
-        print("STAND-IN disks: 10 GiB sparse loop devices, "
-              "/dev/disk/by-id/aicluster-testbed-NODE-ceph")
-        bed = conftest.Testbed(tb.state.load_state() or state)
-        for node in ("node1", "node2"):
-            # systemd-nspawn gives a node no /dev/fuse (real hosts have it): ceph-fuse
-            # needs it, so the test makes the device node (FUSE, char 10:229).
-            bed.ssh(node, "test -e /dev/fuse || mknod -m 666 /dev/fuse c 10 229")
-        print("testbed: /dev/fuse made in each node (nspawn provides none)")
-        yield request.param, bed
+        with conftest.fresh_testbed(
+                (("node1", "ceph", "10G"), ("node2", "ceph", "10G"))) as (bed, _):
+            for node in ("node1", "node2"):
+                # systemd-nspawn gives a node no /dev/fuse (real hosts have it):
+                # ceph-fuse needs it, so the test makes the device node (FUSE, 10:229).
+                bed.ssh(node, "test -e /dev/fuse || mknod -m 666 /dev/fuse c 10 229")
+            print("testbed: /dev/fuse made in each node (nspawn provides none)")
+            yield request.param, bed
     finally:
-        tb.down()
         _assert_testbed_down()
 
 

@@ -70,11 +70,6 @@ class Bed:
 def bed(tmp_path_factory):
     """A fresh two-node testbed, each node with an empty STAND-IN drive, and the
     stand-in (or real) release files named by the overrides the inventory reads."""
-    if os.geteuid() != 0:
-        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
-    from aicluster import testbed as tb
-    from aicluster.testbed.core import disk_add
-
     started = time.monotonic()
     overrides = standin.build(tmp_path_factory.mktemp("artifacts"))
     print(standin.banner())
@@ -82,19 +77,12 @@ def bed(tmp_path_factory):
     path.write_text(json.dumps(overrides))
     previous = os.environ.get(OVERRIDES_ENV)
     os.environ[OVERRIDES_ENV] = str(path)
-    if tb.state.load_state():
-        tb.down()
     try:
-        state = tb.up(nodes=2)
-        for node in ("node1", "node2"):
-            disk_add(node, "minio", "1G")
-        print("STAND-IN drives: empty 1 GiB sparse loop devices, "
-              "/dev/disk/by-id/aicluster-testbed-NODE-minio")
-        print(f"testbed up with its drives in {time.monotonic() - started:.0f} s")
-        yield Bed(conftest.Testbed(tb.state.load_state() or state), overrides, path,
-                  standin.pinned_versions(overrides), {})
+        with conftest.fresh_testbed(
+                (("node1", "minio", "1G"), ("node2", "minio", "1G"))) as (tb, _):
+            print(f"testbed up with its drives in {time.monotonic() - started:.0f} s")
+            yield Bed(tb, overrides, path, standin.pinned_versions(overrides), {})
     finally:
-        tb.down()
         if previous is None:
             os.environ.pop(OVERRIDES_ENV, None)
         else:

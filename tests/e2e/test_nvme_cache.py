@@ -54,18 +54,9 @@ def _held_checksum(loop: str) -> str:
 def nvme_testbed(request):
     """A fresh two-node testbed per engine, node1 with a drive holding data, node2 with
     an empty one (STAND-IN loop devices)."""
-    if os.geteuid() != 0:
-        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
-    from aicluster import testbed as tb
-    from aicluster.testbed.core import disk_add
-
-    if tb.state.load_state():
-        tb.down()
-    try:
-        state = tb.up(nodes=2)
-        held = disk_add("node1", "held", "1G")
-        disk_add("node2", "cache", "1G")
-        print("STAND-IN drives: loop devices under /dev/disk/by-id/aicluster-testbed-*")
+    with conftest.fresh_testbed((("node1", "held", "1G"), ("node2", "cache", "1G"))) as (
+            bed, disks):
+        held = disks[("node1", "held")]
         # Data on node1's drive, written from the host before any deploy.
         _host("mkfs.ext4", "-q", "-L", "held", held["loop"])
         with tempfile.TemporaryDirectory() as mnt:
@@ -74,9 +65,7 @@ def nvme_testbed(request):
                 Path(mnt, "precious.bin").write_bytes(os.urandom(1 << 20))
             finally:
                 _host("umount", mnt)
-        yield request.param, conftest.Testbed(tb.state.load_state() or state), held
-    finally:
-        tb.down()
+        yield request.param, bed, held
 
 
 def _deploy(engine: str) -> tuple[int, str, dict]:
