@@ -118,12 +118,16 @@ def _remember(state, host, cls, args, kwargs) -> None:
         return
     entry = [name, list(args or ()), dict(kwargs or {})]
     try:
-        json.dumps(entry)
+        text = json.dumps(entry, sort_keys=True)
     except TypeError:
         return
-    reads = _reads(state, host.name)
-    if entry not in reads:
-        reads.append(entry)
+    # The entries already noted for the host, by their JSON text (a set: a host is
+    # asked a hundred-odd times per run, mostly for reads noted already).
+    seen = state.__dict__.setdefault("aicluster_fact_reads_seen", {}).setdefault(
+        host.name, set())
+    if text not in seen:
+        seen.add(text)
+        _reads(state, host.name).append(entry)
 
 
 def _stage(state):
