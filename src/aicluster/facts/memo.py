@@ -18,7 +18,9 @@ changes when a command runs on it, so
 * which facts a host was asked for is remembered on the deploying machine (the fact
   names and their arguments, never their values), and the next run reads all of them
   in ONE command before preparing, with pyinfra's own fact classes parsing each part.
-  A part that fails or is missing is simply read again the normal way.
+  Files' stat and checksums and units' states are read a kind at a time (one ``stat``,
+  one ``sha1sum``, one ``systemctl show``), and the whole answer comes back gzipped
+  as one line. A part that fails or is missing is simply read again the normal way.
 
 In a re-run that changes nothing, each host is asked once.
 """
