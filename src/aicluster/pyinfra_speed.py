@@ -86,6 +86,16 @@ def cached_global_arguments() -> list[tuple[str, type]]:
     return list(_GLOBAL_ARGUMENTS)
 
 
+_NAMES: list[frozenset] = []
+
+
+def _global_argument_names() -> frozenset:
+    """The names of :func:`cached_global_arguments`, as a set (worked out once)."""
+    if not _NAMES:
+        _NAMES.append(frozenset(key for key, _ in cached_global_arguments()))
+    return _NAMES[0]
+
+
 def pop_global_arguments(state, host, kwargs):
     """What ``pyinfra.api.arguments.pop_global_arguments`` returns (and pops from
     *kwargs*), in the same order of preference: the call's own arguments, the current
@@ -111,7 +121,7 @@ def pop_global_arguments(state, host, kwargs):
     global_arguments = cached_global_arguments()
     # Each argument the host's data sets, from the first layer that holds it: one
     # pass over the layers' keys, not a lookup in every layer for every argument.
-    names = {key for key, _ in global_arguments}
+    names = _global_argument_names()
     in_data: dict = {}
     for layer in extract_callable_datas(host.data.datas):
         keys = names.intersection(layer) if type(layer) is dict else names
