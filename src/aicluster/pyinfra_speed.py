@@ -27,6 +27,7 @@ the same answer with the host's data layers worked out once per operation.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 
@@ -86,14 +87,10 @@ def cached_global_arguments() -> list[tuple[str, type]]:
     return list(_GLOBAL_ARGUMENTS)
 
 
-_NAMES: list[frozenset] = []
-
-
+@functools.cache
 def _global_argument_names() -> frozenset:
     """The names of :func:`cached_global_arguments`, as a set (worked out once)."""
-    if not _NAMES:
-        _NAMES.append(frozenset(key for key, _ in cached_global_arguments()))
-    return _NAMES[0]
+    return frozenset(key for key, _ in cached_global_arguments())
 
 
 def pop_global_arguments(state, host, kwargs):

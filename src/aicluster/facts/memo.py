@@ -109,8 +109,10 @@ def _memo(state, host_name: str) -> dict[str, Any]:
     return state.__dict__.setdefault("aicluster_fact_memo", {}).setdefault(host_name, {})
 
 
-def _reads(state, host_name: str) -> list[list[Any]]:
-    return state.__dict__.setdefault("aicluster_fact_reads", {}).setdefault(host_name, [])
+def _reads(state, host_name: str) -> dict[str, list[Any]]:
+    """The reads noted for the host, in the order first asked, by their JSON text (a
+    host is asked a hundred-odd times per run, mostly for reads noted already)."""
+    return state.__dict__.setdefault("aicluster_fact_reads", {}).setdefault(host_name, {})
 
 
 def _remember(state, host, cls, args, kwargs) -> None:
@@ -123,13 +125,7 @@ def _remember(state, host, cls, args, kwargs) -> None:
         text = json.dumps(entry, sort_keys=True)
     except TypeError:
         return
-    # The entries already noted for the host, by their JSON text (a set: a host is
-    # asked a hundred-odd times per run, mostly for reads noted already).
-    seen = state.__dict__.setdefault("aicluster_fact_reads_seen", {}).setdefault(
-        host.name, set())
-    if text not in seen:
-        seen.add(text)
-        _reads(state, host.name).append(entry)
+    _reads(state, host.name).setdefault(text, entry)
 
 
 def _stage(state):
@@ -289,7 +285,7 @@ def save_reads(host) -> None:
     path = reads_file(host)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_reads(state, host.name)))
+    tmp.write_text(json.dumps(list(_reads(state, host.name).values())))
     os.replace(tmp, path)
 
 
