@@ -23,12 +23,19 @@ of those thirty-odd arguments, it looks the name up in the host's data, and ever
 lookup works out the host's group data afresh (one merge over all its groups per
 argument), though almost none is ever set there: :func:`pop_global_arguments` gives
 the same answer with the host's data layers worked out once per operation.
+
+The argument check. With ``-y`` pyinfra checks each operation call's arguments with
+``inspect.signature(func).bind(...)``, working the operation's signature out afresh
+for every call on every host; :func:`operation_signature` works it out once per
+operation function (a signature never changes; ``bind`` still raises the same
+TypeError).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import sys
 
 _INSTALLED = []
@@ -156,6 +163,12 @@ def pop_global_arguments(state, host, kwargs):
     return arguments, found_keys
 
 
+@functools.cache
+def operation_signature(func) -> inspect.Signature:
+    """``inspect.signature(func)``, worked out once per function."""
+    return inspect.signature(func)
+
+
 def speed_up_pyinfra() -> None:
     """Use the frame walk for pyinfra's operation order, the cached list of global
     arguments and the quicker global-argument lookup (idempotent)."""
@@ -164,6 +177,7 @@ def speed_up_pyinfra() -> None:
     # importlib: the name pyinfra.api.operation is the decorator, not the module.
     operation = importlib.import_module("pyinfra.api.operation")
     operation.get_operation_order_from_stack = _get_operation_order_from_stack
+    operation.signature = operation_signature
     ORIGINALS["pop_global_arguments"] = importlib.import_module(
         "pyinfra.api.arguments").pop_global_arguments
     # Each module that imported them by name has its own reference to replace.

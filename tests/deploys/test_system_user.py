@@ -3,6 +3,8 @@ small read (no Users fact, no useradd/usermod); anything else goes to server.use
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from aicluster.deploys import system_user
@@ -48,7 +50,20 @@ def test_an_account_that_differs_is_mended_by_server_user(change):
 
 def test_user_account_reads_like_users():
     fact = UserAccount()
-    assert fact.command(user="ray") == "getent passwd ray && id -gn ray && id -Gn ray || true"
-    assert fact.process(["ray:x:999:999::/var/lib/ray:/usr/sbin/nologin", "ray",
+    assert fact.command(user="ray") == "getent passwd ray && id -Gn ray || true"
+    assert fact.process(["ray:x:999:999::/var/lib/ray:/usr/sbin/nologin",
                          "ray video"]) == RAY
     assert fact.process([]) is None
+
+
+def test_user_account_names_the_group_id_gn_names():
+    """Run here for root: the primary group is the one `id -gn` prints."""
+    out = subprocess.run(["sh", "-c", UserAccount().command(user="root")],
+                         capture_output=True, text=True, check=True).stdout
+    account = UserAccount().process(out.splitlines())
+    primary = subprocess.run(["id", "-gn", "root"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    others = subprocess.run(["id", "-Gn", "root"], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert account["group"] == primary and account["uid"] == 0
+    assert account["groups"] == [g for g in others if g != primary]

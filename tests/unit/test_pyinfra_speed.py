@@ -61,6 +61,7 @@ def test_installed_into_pyinfra_once(monkeypatch):
                         operation.get_operation_order_from_stack)
     monkeypatch.setattr(arguments, "all_global_arguments", arguments.all_global_arguments)
     monkeypatch.setattr(facts, "all_global_arguments", facts.all_global_arguments)
+    monkeypatch.setattr(operation, "signature", operation.signature)
     monkeypatch.setattr(pyinfra_speed, "_INSTALLED", [])
     speed_up_pyinfra()
     speed_up_pyinfra()
@@ -68,6 +69,28 @@ def test_installed_into_pyinfra_once(monkeypatch):
             is pyinfra_speed._get_operation_order_from_stack)
     assert arguments.all_global_arguments is cached_global_arguments
     assert facts.all_global_arguments is cached_global_arguments
+    assert operation.signature is pyinfra_speed.operation_signature
+
+
+def test_the_operation_signature_is_inspects_and_binds_alike():
+    """Worked out once, the same Signature: a call with bad arguments is refused with
+    the TypeError pyinfra's own check raises."""
+    import inspect
+
+    import pytest
+    from pyinfra.operations import files
+
+    from aicluster.pyinfra_speed import operation_signature
+
+    func = files.directory._inner
+    assert operation_signature(func) == inspect.signature(func)
+    assert operation_signature(func) is operation_signature(func)
+    operation_signature(func).bind(path="/tmp/x")
+    with pytest.raises(TypeError) as ours:
+        operation_signature(func).bind(nonsense=1)
+    with pytest.raises(TypeError) as theirs:
+        inspect.signature(func).bind(nonsense=1)
+    assert str(ours.value) == str(theirs.value)
 
 
 def _host_with_data(host_data, group_data):

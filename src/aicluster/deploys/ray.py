@@ -78,6 +78,19 @@ def ray_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
     return "management"
 
 
+def node_ip(cluster: Cluster, host_name: str) -> str:
+    """The address Ray binds to on *host_name*: its address on the head's
+    ``ray_network`` (:func:`ray_network`), else its management address."""
+    head = cluster.group("ray_head")[0] if cluster.group("ray_head") else host_name
+    network = ray_network(cluster, cluster.hosts[head].data)
+    return _node_address(cluster, host_name, network) or cluster.hosts[host_name].address
+
+
+def venv_path(v: Mapping[str, Any]) -> str:
+    """The Ray virtual environment of the host whose variables are *v*."""
+    return f"{v['ray_install_dir']}/{v['ray_version']}/venv"
+
+
 def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
     v = layered("ray", data)
     head = cluster.group("ray_head")[0] if cluster.group("ray_head") else host_name
@@ -92,7 +105,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         int(v["ray_object_store_max_gb"]) * GIB,
     )
     resources = dict(v["ray_resources"] or {})
-    venv = f"{v['ray_install_dir']}/{v['ray_version']}/venv"
+    venv = venv_path(v)
     head_address = f"{_url_host(head_ip)}:{head_v['ray_port']}"
     return {
         "ray_cluster_name": cluster.spec.cluster_name,
@@ -269,10 +282,11 @@ def read_nodes(cluster: Cluster) -> dict[str, dict[str, Any]]:
         if other is None:
             continue
         family = os_family(other.get_fact(LinuxDistribution))
+        # What the node's own deploy reads (its template_vars), without working out
+        # all of its derived values for every other node's deploy.
         ov = {**layered("ray", other.data.dict()), **os_vars("ray", family)}
-        ov.update(derived_vars(cluster, name, other.data.dict()))
         out[name] = other.get_fact(
-            RayNode, python=_python(ov), venv=ov["ray_venv"], install_dir=ov["ray_install_dir"]
+            RayNode, python=_python(ov), venv=venv_path(ov), install_dir=ov["ray_install_dir"]
         )
     return out
 
@@ -313,10 +327,7 @@ def deploy() -> None:
     family = os_family(host.get_fact(LinuxDistribution))
     v = template_vars("ray", cluster, host.name, host.data.dict(), family)
     nodes = read_nodes(cluster)
-    node_ips = {
-        name: derived_vars(cluster, name, cluster.hosts[name].data)["ray_node_ip"]
-        for name in nodes
-    }
+    node_ips = {name: node_ip(cluster, name) for name in nodes}
     problem = check_nodes(nodes, node_ips)
     if problem:
         raise DeployError(f"ray: {problem}")

@@ -75,11 +75,13 @@ def management_command(address: str) -> str:
     """The interface that holds ``address`` (the one the deploy connects to), with
     its MAC: ``NAME MAC``; nothing when no interface holds it."""
     q = shlex.quote(address)
+    # `ip -o` prints one line per address: "2: eth0    inet 10.0.0.5/24 ...". The
+    # shell picks the line and reads the MAC: one process, ip itself.
     return (
-        f"ip -o addr show 2>/dev/null | awk -v a={q} "
-        "'{split($4, p, \"/\"); if (p[1] == a) print $2}' | head -n 1 | "
-        "while read -r n; do n=${n%%@*}; "
-        "echo \"$n $(cat /sys/class/net/$n/address 2>/dev/null || echo -)\"; done"
+        "ip -o addr show 2>/dev/null | while read -r _ n _ a _; do "
+        f'[ "${{a%/*}}" = {q} ] || continue; n=${{n%%@*}}; m=-; '
+        'read -r m 2>/dev/null < "/sys/class/net/$n/address" || m=-; '
+        'echo "$n $m"; break; done'
     )
 
 

@@ -20,17 +20,24 @@ def command_text(venv: str, install_dir: str) -> str:
     ``addresses=A B ...``, the node's own IP addresses."""
     q_venv, q_dir = shlex.quote(venv), shlex.quote(install_dir)
     return (
-        # -I -S: no site-packages, no environment: only the version, and quick.
-        '"$AICLUSTER_RAY_PYTHON" -I -S -c '
-        "'import sys; print(\"python=%d.%d.%d\" % sys.version_info[:3])' 2>/dev/null; "
+        # `-V` prints "Python X.Y.Z[suffix]" before the interpreter starts (a tenth of
+        # the time of running code in it); X.Y.Z is sys.version_info[:3].
+        'pyv=$("$AICLUSTER_RAY_PYTHON" -V 2>&1) && case $pyv in "Python "[0-9]*) '
+        'pyv=${pyv#Python }; echo "python=${pyv%%[!0-9.]*}";; esac; '
         # Ray's version from its installed metadata (what importlib.metadata reads),
         # without starting the venv's Python.
         f"for d in {q_venv}/lib/python*/site-packages/ray-*.dist-info; do "
         '[ -e "$d/METADATA" ] && d=${d##*/ray-} && echo "ray=${d%.dist-info}"; done; '
         # (a glob that matched nothing leaves $d without METADATA: nothing printed)
-        f"sed -n 's#^ExecStart={install_dir}/\\([^/]*\\)/venv/bin/ray start.*#deployed=\\1#p' "
-        f"{' '.join(UNITS)} 2>/dev/null; "
-        f"ls -1 {q_dir} 2>/dev/null | sed -n 's/^\\([0-9][0-9A-Za-z.+~-]*\\)$/version=\\1/p'; "
+        # The version in the unit's "ExecStart=<install_dir>/<version>/venv/bin/ray
+        # start ...", and the versions installed (names starting with a digit), read by
+        # the shell itself rather than by sed and ls.
+        f"p=ExecStart={q_dir}/; for f in {' '.join(UNITS)}; do [ -r \"$f\" ] || continue; "
+        'while IFS= read -r l || [ -n "$l" ]; do case $l in "$p"*) r=${l#"$p"}; x=${r%%/*}; '
+        'case ${r#"$x"} in "/venv/bin/ray start"*) echo "deployed=$x";; esac;; esac; '
+        'done < "$f"; done; '
+        f"for d in {q_dir}/*; do d=${{d##*/}}; case $d in [0-9]*) "
+        'case $d in *[!0-9A-Za-z.+~-]*) ;; *) echo "version=$d";; esac;; esac; done; '
         'echo "addresses=$(hostname -I 2>/dev/null)"; '
         "true"
     )

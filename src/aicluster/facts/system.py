@@ -15,10 +15,14 @@ from pyinfra.api import FactBase
 
 class ContainerVirt(FactBase):
     """The container technology the node runs in (``systemd-nspawn``, ``lxc``,
-    ``docker`` ...), or ``None`` on bare metal or a VM (``systemd-detect-virt``)."""
+    ``docker`` ...), or ``None`` on bare metal or a VM (``systemd-detect-virt``).
+    Where systemd runs in a container it has recorded which in /run/systemd/container,
+    one of the files systemd-detect-virt reads: that file, read by the shell, spares
+    starting systemd-detect-virt there."""
 
     def command(self) -> str:
-        return "systemd-detect-virt --container 2>/dev/null || true"
+        return ("{ read -r c < /run/systemd/container && [ -n \"$c\" ] && echo \"$c\"; } "
+                "2>/dev/null || systemd-detect-virt --container 2>/dev/null || true")
 
     def process(self, output):
         value = "\n".join(output).strip()
@@ -40,8 +44,9 @@ class GlobPaths(FactBase):
     """The paths a shell glob matches, sorted (an empty list when none)."""
 
     def command(self, pattern: str) -> str:
-        # The pattern is a glob: it is expanded by the shell, so it is not quoted.
-        return f"ls -1d {pattern} 2>/dev/null || true"
+        # The pattern is a glob: it is expanded by the shell, so it is not quoted. What
+        # `ls -1d` would list (dangling links too), without starting ls.
+        return f'for p in {pattern}; do [ -e "$p" ] || [ -L "$p" ] && echo "$p"; done; true'
 
     def process(self, output):
         return sorted(line for line in (x.strip() for x in output) if line)
@@ -56,16 +61,18 @@ class UserAccount(FactBase):
 
     def command(self, user: str) -> str:
         q = shlex.quote(user)
-        return f"getent passwd {q} && id -gn {q} && id -Gn {q} || true"
+        # `id -Gn USER` names the primary group first (what `id -gn USER` prints),
+        # then the others: one id for both.
+        return f"getent passwd {q} && id -Gn {q} || true"
 
     def process(self, output):
         lines = [str(line).rstrip("\n") for line in output if str(line).strip()]
-        if len(lines) < 3:
+        if len(lines) < 2:
             return None
         entry = lines[0].split(":")
         if len(entry) < 7:
             return None
-        group = lines[1].strip()
+        group = lines[1].split()[0]
         return {
             "home": entry[5] or None,
             "comment": entry[4] or None,
@@ -74,7 +81,7 @@ class UserAccount(FactBase):
             "gid": int(entry[3]),
             "group": group,
             # As Users gives them: the secondary groups only.
-            "groups": [g for g in lines[2].split() if g != group],
+            "groups": [g for g in lines[1].split() if g != group],
         }
 
 
