@@ -64,6 +64,15 @@ def defaults(component: str) -> dict[str, Any]:
     return _load_yaml(ROLES_DIR / component / "defaults" / "main.yml")
 
 
+def default_value(component: str, key: str) -> Any:
+    """One of the component's defaults (a copy), without copying the others; KeyError
+    when the component has no such variable."""
+    data = _parsed(str(ROLES_DIR / component / "defaults" / "main.yml"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{component}: defaults/main.yml: expected a mapping")
+    return plain_copy(data[key])
+
+
 def os_vars(component: str, os_family: str) -> dict[str, Any]:
     """Distribution differences: ``roles/<component>/vars/<os_family>.yml``."""
     path = ROLES_DIR / component / "vars" / f"{os_family}.yml"

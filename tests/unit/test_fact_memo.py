@@ -478,3 +478,33 @@ def test_a_packed_answer_reads_as_the_plain_one(tmp_path):
     without_gzip = subprocess.run(["sh", "-c", memo.packed(script)], capture_output=True,
                                   check=True, env={"PATH": str(bindir)}).stdout
     assert _lines_as_pyinfra_reads(without_gzip) == plain
+
+
+def test_a_put_to_a_missing_file_notes_its_checksum_for_the_next_run(tmp_path, monkeypatch):
+    """files.put of a file not there yet reads File only; the next run reads its Sha1File
+    too, so that read is noted now (and prefetched with the rest next time). A File read
+    outside files.put, or of a file that is there, notes nothing more."""
+    from io import StringIO
+
+    from pyinfra.api.connect import connect_all
+    from pyinfra.context import ctx_host, ctx_state
+    from pyinfra.operations import files
+
+    from aicluster.facts import memo
+
+    monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
+    memo.memoize_facts()
+    (tmp_path / "there.conf").write_text("x\n")
+    state, host = _local_state()
+    connect_all(state)
+    state.set_stage(StateStage.Execute)
+    with ctx_state.use(state), ctx_host.use(host):
+        new = str(tmp_path / "new.conf")
+        commands = list(files.put._inner(src=StringIO("y\n"), dest=new))
+        assert commands  # it would upload
+        host.get_fact(File, path=str(tmp_path / "elsewhere"))  # missing, not a put
+        host.get_fact(File, path=str(tmp_path / "there.conf"))
+    memo.save_reads(host)
+    saved = memo.reads_file(host).read_text()
+    assert f'"pyinfra.facts.files:Sha1File", [], {{"path": "{new}"}}' in saved
+    assert saved.count("Sha1File") == 1

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from aicluster.inventory import COMPONENT_ORDER, Cluster
-from aicluster.render import defaults, os_vars, render
+from aicluster.render import default_value, defaults, os_vars, render
 
 #: How long one operation that waits on the network may take on a host, and how often
 #: it is retried, so one hung mirror fails that host by name instead of stalling all.
@@ -58,6 +58,13 @@ def layered(component: str, data: Mapping[str, Any]) -> dict[str, Any]:
         if key in data:
             out[key] = data[key]
     return out
+
+
+def setting(component: str, data: Mapping[str, Any], key: str) -> Any:
+    """``layered(component, data)[key]`` without working out (and copying) the
+    component's other variables: for values read for every node by every node's deploy."""
+    value = default_value(component, key)  # KeyError for a key layered() would not have
+    return data[key] if key in data else value
 
 
 def os_family(distribution: Mapping[str, Any] | None) -> str:

@@ -29,6 +29,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    setting,
     template_vars,
 )
 from aicluster.deploys import network as net
@@ -51,10 +52,10 @@ def opensm_hosts(cluster: Cluster) -> list[tuple[str, int]]:
     """(host, priority) of the ib_nodes that run opensm, highest priority first."""
     out = []
     for name in cluster.group("ib_nodes"):
-        v = layered("infiniband", cluster.hosts[name].data)
-        prio = v["infiniband_opensm_priority"]
-        if v["infiniband_subnet_manager"] == "opensm" and isinstance(prio, int) and not \
-                isinstance(prio, bool):
+        data = cluster.hosts[name].data
+        prio = setting("infiniband", data, "infiniband_opensm_priority")
+        manager = setting("infiniband", data, "infiniband_subnet_manager")
+        if manager == "opensm" and isinstance(prio, int) and not isinstance(prio, bool):
             out.append((name, prio))
     return sorted(out, key=lambda hp: (-hp[1], hp[0]))
 

@@ -33,6 +33,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    setting,
     system_user,
     systemd_manager_conf,
     template_vars,
@@ -81,7 +82,7 @@ def cache_devices(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> 
     listed nvme_cache_devices (each must be a hardware.nvme drive), or every drive."""
     h = cluster.hosts[host_name]
     nvme = {d.device: d for d in h.spec.hardware.nvme}
-    chosen = layered("nvme_cache", data)["nvme_cache_devices"]
+    chosen = setting("nvme_cache", data, "nvme_cache_devices")
     names = list(nvme) if chosen is None else [d for d in chosen if d in nvme]
     return [{"device": d, "wipe": nvme[d].wipe} for d in names]
 

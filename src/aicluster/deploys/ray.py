@@ -32,6 +32,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    setting,
     system_user,
     template_vars,
 )
@@ -70,7 +71,7 @@ def _node_address(cluster: Cluster, name: str, network: str) -> str | None:
 def ray_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
     """The network Ray runs on: the inventory's ``ray_network``, or fabric when every
     Ray node has an address there, else management."""
-    chosen = layered("ray", data)["ray_network"]
+    chosen = setting("ray", data, "ray_network")
     if chosen:
         return chosen
     if all(_node_address(cluster, h, "fabric") for h in ray_hosts(cluster)):

@@ -27,6 +27,7 @@ from aicluster.deploys import (
     layered,
     os_family,
     put_template,
+    setting,
     template_vars,
 )
 from aicluster.facts.slurm import (
@@ -102,8 +103,7 @@ def merge(default: Mapping[str, Any] | None, user: Mapping[str, Any] | None) -> 
 
 
 def gres_count(cluster: Cluster, name: str, data: Mapping[str, Any]) -> int:
-    v = layered("slurm", data)
-    wanted = v["slurm_gres_gpus"]
+    wanted = setting("slurm", data, "slurm_gres_gpus")
     return cluster.hosts[name].spec.hardware.gpus.count if wanted is None else int(wanted)
 
 
@@ -112,9 +112,9 @@ def node_lines(cluster: Cluster) -> list[list[str]]:
     groups: dict[tuple[int, int, int], list[str]] = {}
     for name in cluster.group("slurm_workers"):
         h = cluster.hosts[name]
-        v = layered("slurm", h.data)
         hw = h.spec.hardware
-        memory = int(hw.memory_gb * 1024 * int(v["slurm_memory_percent"]) / 100)
+        percent = int(setting("slurm", h.data, "slurm_memory_percent"))
+        memory = int(hw.memory_gb * 1024 * percent / 100)
         groups.setdefault((hw.cpus, memory, gres_count(cluster, name, h.data)), []).append(name)
     lines = []
     for (cpus, memory, gpus), names in groups.items():

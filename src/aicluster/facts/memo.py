@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shlex
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -95,12 +96,13 @@ def _connector_args(host) -> dict[str, Any]:
     }
 
 
-def fact_key(host, cls, args, kwargs) -> str | None:
+def fact_key(host, cls, args, kwargs, connector: dict | None = None) -> str | None:
     """What makes one fact read the same as another on *host*: the fact, its arguments
     and the connector arguments (sudo, su, shell) of the operation asking for it."""
     try:
         return repr((cls.__module__, cls.__qualname__, tuple(args or ()),
-                     sorted((kwargs or {}).items()), sorted(_connector_args(host).items())))
+                     sorted((kwargs or {}).items()),
+                     sorted((_connector_args(host) if connector is None else connector).items())))
     except TypeError:  # unsortable arguments: not memoised
         return None
 
@@ -115,10 +117,17 @@ def _reads(state, host_name: str) -> dict[str, list[Any]]:
     return state.__dict__.setdefault("aicluster_fact_reads", {}).setdefault(host_name, {})
 
 
-def _remember(state, host, cls, args, kwargs) -> None:
-    """Note a plain read (no sudo/su, JSON-able arguments) to prefetch next time."""
+def _remember(state, host, cls, args, kwargs, connector: dict | None = None,
+              key: str | None = None) -> None:
+    """Note a plain read (no sudo/su, JSON-able arguments) to prefetch next time. *key*
+    (its :func:`fact_key`) spares working out again a read noted already."""
+    noted = state.__dict__.setdefault("aicluster_fact_noted", {}).setdefault(host.name, set())
+    if key is not None:
+        if key in noted:
+            return
+        noted.add(key)  # the same key, the same outcome below
     name = f"{cls.__module__}:{cls.__qualname__}"
-    if name in NOT_REMEMBERED or _connector_args(host):
+    if name in NOT_REMEMBERED or (_connector_args(host) if connector is None else connector):
         return
     entry = [name, list(args or ()), dict(kwargs or {})]
     try:
@@ -126,6 +135,35 @@ def _remember(state, host, cls, args, kwargs) -> None:
     except TypeError:
         return
     _reads(state, host.name).setdefault(text, entry)
+
+
+def _put_code():
+    from pyinfra.operations import files
+
+    return files.put._inner.__code__
+
+
+def _note_put_checksum(state, host, cls, args, kwargs) -> None:
+    """``files.put`` of a file that is not there yet reads only its ``File`` fact; the
+    next run, the file there, it reads the file's ``Sha1File`` too. Note that read now
+    (when ``File`` found nothing and ``files.put`` asked), so the first re-run after a
+    deploy reads those checksums with everything else in its one command instead of one
+    operation after another."""
+    if (cls.__module__ != "pyinfra.facts.files" or cls.__qualname__ != "File" or args
+            or set(kwargs or {}) != {"path"}):
+        return
+    put, frame = _put_code(), sys._getframe(2)
+    for _ in range(6):  # files.put -> host.get_fact -> this memo (a wrapper or two)
+        if frame is None:
+            return
+        if frame.f_code is put:
+            break
+        frame = frame.f_back
+    else:
+        return
+    from pyinfra.facts.files import Sha1File
+
+    _remember(state, host, Sha1File, (), {"path": kwargs["path"]})
 
 
 def _stage(state):
@@ -200,8 +238,10 @@ def memoize_facts() -> None:
     def get_fact(state, host, cls, args=None, kwargs=None, **rest):
         me = _current()
         key = None
+        connector = None
         if state is not None and _stage(state) and not rest and not _FUNCTIONS[0]:
-            key = fact_key(host, cls, args, kwargs)
+            connector = _connector_args(host)
+            key = fact_key(host, cls, args, kwargs, connector)
         if key is not None and key not in _memo(state, host.name):
             _await_prefetch(state, host)
         if STATS_DIR and state is not None:
@@ -223,11 +263,13 @@ def memoize_facts() -> None:
             finally:
                 _READING.discard(me)
             if state.__dict__.get("aicluster_fact_epoch", 0) != epoch:
-                _remember(state, host, cls, args, kwargs)
+                _remember(state, host, cls, args, kwargs, connector, key)
                 return value  # a change ran meanwhile: this answer may be stale already
             memo = _memo(state, host.name)
             memo[key] = value
-        _remember(state, host, cls, args, kwargs)
+        _remember(state, host, cls, args, kwargs, connector, key)
+        if not memo[key]:
+            _note_put_checksum(state, host, cls, args, kwargs)
         return plain_copy(memo[key])
 
     get_fact.aicluster_memo = True  # type: ignore[attr-defined]
