@@ -8,10 +8,11 @@ For each node count: a fresh testbed (`testbed up`, warm image cache), the first
 deploy with pyinfra (timed), then --runs no-op re-runs of each engine, alternating.
 Both engines leave the same files (tests/unit/test_template_parity.py), so Ansible's
 re-run after pyinfra's deploy is a true no-op; the script checks each re-run changed
-nothing. Before the re-runs it waits (at most 3 minutes) until this machine's CPU is
-80% idle, since the nodes share its cores and finish starting their services (Ray
-workers joining) after the first deploy. Needs root; holds the testbed lock. Tests
-never assert timings: speed is measured here.
+nothing. Before the re-runs it waits (at most 5 minutes) for the nodes to be at rest
+(:func:`at_rest`: this machine's CPU at least 80% idle over 10 s, and no longer getting
+idler), since the nodes share its cores and finish starting their services (Ray
+workers joining) after the first deploy; the idle share then is recorded. Needs root;
+holds the testbed lock. Tests never assert timings: speed is measured here.
 """
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ ENGINES = {
 }
 
 
-#: Before the re-runs: wait until this machine's CPU is this idle over the window.
+#: Before the re-runs, wait for the nodes to be at rest: this machine's CPU at least
+#: SETTLE_IDLE idle over a window, and no idler than over the window before it by more
+#: than SETTLE_STEADY (the nodes' start-up work has stopped falling off); at most
+#: SETTLE_LIMIT seconds.
 SETTLE_IDLE = 0.8
-SETTLE_WINDOW = 5.0
-SETTLE_LIMIT = 180.0
+SETTLE_STEADY = 0.02
+SETTLE_WINDOW = 10.0
+SETTLE_LIMIT = 300.0
 
 #: CPU seconds (user + system) the last timed() command used on this machine itself,
 #: its child processes included (pyinfra's SSH sessions, Ansible's forks); not the nodes'.
@@ -93,26 +98,37 @@ def _cpu_idle(seconds: float) -> float:
     return (idle1 - idle0) / max(1, total1 - total0)
 
 
-def settle(limit: float = SETTLE_LIMIT) -> float:
-    """Wait until the nodes' own start-up work after the first deploy is done (Ray
-    workers joining, units starting): until this machine's CPU is SETTLE_IDLE idle over
-    SETTLE_WINDOW seconds, at most *limit* seconds. Returns the seconds waited. The
-    testbed's nodes share this machine's cores, so a re-run timed while ten nodes boot
-    their services measures that, not the deploy."""
+def at_rest(idle: list[float]) -> bool:
+    """Whether the idle shares of successive windows (oldest first) say the nodes are at
+    rest: the last one at least SETTLE_IDLE, and not above the one before by more than
+    SETTLE_STEADY. Services still starting (Ray workers joining, dashboards loading
+    their modules) make each window idler than the last; at rest, what remains is the
+    services' steady background, which a cluster in use has too."""
+    return (len(idle) >= 2 and idle[-1] >= SETTLE_IDLE
+            and idle[-1] - idle[-2] <= SETTLE_STEADY)
+
+
+def settle(limit: float = SETTLE_LIMIT) -> tuple[float, float]:
+    """Wait until the nodes are at rest after the first deploy (:func:`at_rest`), at
+    most *limit* seconds. Returns the seconds waited and the last window's idle share.
+    The testbed's nodes share this machine's cores, so a re-run timed while ten nodes
+    start their services measures that, not the deploy."""
     start = time.monotonic()
+    idle: list[float] = []
     while time.monotonic() - start < limit:
-        if _cpu_idle(SETTLE_WINDOW) >= SETTLE_IDLE:
+        idle.append(_cpu_idle(SETTLE_WINDOW))
+        if at_rest(idle):
             break
-    return time.monotonic() - start
+    return time.monotonic() - start, idle[-1] if idle else 0.0
 
 
 def bench(nodes: int, runs: int, engines: list[str]) -> dict:
     timed([BIN / "aicluster", "testbed", "down"])
     up, _ = timed([BIN / "aicluster", "testbed", "up", "--nodes", str(nodes)])
     first, _ = timed(ENGINES["pyinfra"])
-    waited = settle()
+    waited, idle = settle()
     print(f"{nodes} nodes: waited {waited:.0f}s for the nodes to settle after the first "
-          "deploy", flush=True)
+          f"deploy ({idle:.0%} idle)", flush=True)
     reruns: dict[str, list[float]] = {e: [] for e in engines}
     cpu: dict[str, list[float]] = {e: [] for e in engines}
     for _ in range(runs):
@@ -122,7 +138,7 @@ def bench(nodes: int, runs: int, engines: list[str]) -> dict:
                 sys.exit(f"{engine}'s re-run on {nodes} nodes changed something:\n{out[-4000:]}")
             reruns[engine].append(seconds)
             cpu[engine].append(LAST_CPU[0])
-    result = {"nodes": nodes, "up": up, "first": first, "settle": waited,
+    result = {"nodes": nodes, "up": up, "first": first, "settle": waited, "idle": idle,
               **{e: statistics.median(v) for e, v in reruns.items()},
               **{f"{e}_cpu": statistics.median(v) for e, v in cpu.items()},
               **{f"{e}_all": v for e, v in reruns.items()}}
@@ -139,7 +155,8 @@ def record(results: list[dict], runs: int, engines: list[str]) -> None:
     components = sorted({p.stem for p in (ROOT / "src/aicluster/deploys").glob("*.py")}
                         - {"__init__"})
     names = {"pyinfra": "pyinfra", "ansible": "Ansible"}
-    head = ["nodes", "testbed up (s)", "first deploy, pyinfra (s)", "settle (s)"]
+    head = ["nodes", "testbed up (s)", "first deploy, pyinfra (s)", "settle (s)",
+            "idle at rest"]
     for e in engines:
         head += [f"no-op re-run, {names[e]} (s)", f"its CPU here, {names[e]} (s)"]
     if len(engines) == 2:
@@ -151,7 +168,8 @@ def record(results: list[dict], runs: int, engines: list[str]) -> None:
         "|" + " --- |" * len(head),
     ]
     for r in results:
-        cells = [str(r["nodes"]), f"{r['up']:.1f}", f"{r['first']:.1f}", f"{r['settle']:.0f}"]
+        cells = [str(r["nodes"]), f"{r['up']:.1f}", f"{r['first']:.1f}", f"{r['settle']:.0f}",
+                 f"{r['idle']:.0%}"]
         for e in engines:
             cells += [f"{r[e]:.1f}", f"{r[e + '_cpu']:.1f}"]
         if len(engines) == 2:
