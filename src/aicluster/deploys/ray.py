@@ -79,12 +79,15 @@ def ray_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
     return "management"
 
 
+def _bind_address(cluster: Cluster, name: str, network: str) -> str:
+    return _node_address(cluster, name, network) or cluster.hosts[name].address
+
+
 def node_ip(cluster: Cluster, host_name: str) -> str:
     """The address Ray binds to on *host_name*: its address on the head's
     ``ray_network`` (:func:`ray_network`), else its management address."""
     head = cluster.group("ray_head")[0] if cluster.group("ray_head") else host_name
-    network = ray_network(cluster, cluster.hosts[head].data)
-    return _node_address(cluster, host_name, network) or cluster.hosts[host_name].address
+    return _bind_address(cluster, host_name, ray_network(cluster, cluster.hosts[head].data))
 
 
 def venv_path(v: Mapping[str, Any]) -> str:
@@ -97,8 +100,8 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
     head = cluster.group("ray_head")[0] if cluster.group("ray_head") else host_name
     head_v = layered("ray", cluster.hosts[head].data)
     network = ray_network(cluster, cluster.hosts[head].data)
-    node_ip = _node_address(cluster, host_name, network) or cluster.hosts[host_name].address
-    head_ip = _node_address(cluster, head, network) or cluster.hosts[head].address
+    node_ip = _bind_address(cluster, host_name, network)
+    head_ip = _bind_address(cluster, head, network)
     hw = cluster.hosts[host_name].spec.hardware
     memory = hw.memory_gb * GIB
     store = min(
