@@ -1,5 +1,5 @@
 """pyinfra's own bookkeeping for each operation on each host, made cheap, with the
-same results: :func:`speed_up_pyinfra` installs both of these.
+same results: :func:`speed_up_pyinfra` installs all three of these.
 
 The operation order. In CLI mode pyinfra orders operations by the line numbers of the
 deploy code that called them: for every operation on every host it calls
@@ -171,7 +171,8 @@ def operation_signature(func) -> inspect.Signature:
 
 def speed_up_pyinfra() -> None:
     """Use the frame walk for pyinfra's operation order, the cached list of global
-    arguments and the quicker global-argument lookup (idempotent)."""
+    arguments, the quicker global-argument lookup and the once-worked-out operation
+    signatures (idempotent)."""
     if _INSTALLED:
         return
     # importlib: the name pyinfra.api.operation is the decorator, not the module.

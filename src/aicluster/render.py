@@ -59,18 +59,19 @@ def render(component: str, template: str, variables: Mapping[str, Any]) -> str:
     return env.get_template(template).render(**variables)
 
 
+def _defaults_path(component: str) -> Path:
+    return ROLES_DIR / component / "defaults" / "main.yml"
+
+
 def defaults(component: str) -> dict[str, Any]:
     """The component's defaults: ``roles/<component>/defaults/main.yml``."""
-    return _load_yaml(ROLES_DIR / component / "defaults" / "main.yml")
+    return _load_yaml(_defaults_path(component))
 
 
 def default_value(component: str, key: str) -> Any:
     """One of the component's defaults (a copy), without copying the others; KeyError
     when the component has no such variable."""
-    data = _parsed(str(ROLES_DIR / component / "defaults" / "main.yml"))
-    if not isinstance(data, dict):
-        raise ValueError(f"{component}: defaults/main.yml: expected a mapping")
-    return plain_copy(data[key])
+    return plain_copy(_mapping(_defaults_path(component))[key])
 
 
 def os_vars(component: str, os_family: str) -> dict[str, Any]:
@@ -92,12 +93,17 @@ def _parsed(path: str) -> Any:
     return yaml.load(_load_yaml_cached(path), Loader=loader) or {}  # noqa: S506 (safe loader)
 
 
-def _load_yaml(path: Path) -> dict[str, Any]:
-    """The file's data, parsed once per process; each caller gets its own copy."""
+def _mapping(path: Path) -> dict[str, Any]:
+    """The file's data, parsed once per process (shared: never hand it out as is)."""
     data = _parsed(str(path))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping")
-    return plain_copy(data)
+    return data
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    """The file's data, parsed once per process; each caller gets its own copy."""
+    return plain_copy(_mapping(path))
 
 
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), datetime.datetime, datetime.date)
