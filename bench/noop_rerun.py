@@ -13,6 +13,10 @@ nothing. Before the re-runs it waits (at most 5 minutes) for the nodes to be at 
 idler), since the nodes share its cores and finish starting their services (Ray
 workers joining) after the first deploy; the idle share then is recorded. Needs root;
 holds the testbed lock. Tests never assert timings: speed is measured here.
+
+The testbed's nodes share this machine's cores, and its speed drifts over the quarter
+hour a 10-node round takes. ``--nodes 2 10 2`` benches 2 nodes before and after 10;
+the ratio then takes the mean of the two 2-node rounds, so a drift falls on both sides.
 """
 
 from __future__ import annotations
@@ -149,6 +153,14 @@ def bench(nodes: int, runs: int, engines: list[str]) -> dict:
     return result
 
 
+def ratio(results: list[dict], engine: str, hi: int, lo: int) -> float:
+    """The *hi*-node re-run over the *lo*-node one; a node count benched in several
+    rounds (``--nodes 2 10 2``) counts as the mean of its rounds' medians."""
+    def mean(n: int) -> float:
+        return statistics.mean(r[engine] for r in results if r["nodes"] == n)
+    return mean(hi) / mean(lo)
+
+
 def record(results: list[dict], runs: int, engines: list[str]) -> None:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
@@ -175,11 +187,17 @@ def record(results: list[dict], runs: int, engines: list[str]) -> None:
         if len(engines) == 2:
             cells.append(f"{r['ansible'] / r['pyinfra']:.1f}x")
         lines.append("| " + " | ".join(cells) + " |")
-    if len(results) > 1:
-        lo, hi = results[0], results[-1]
+    counts = sorted({r["nodes"] for r in results})
+    if len(counts) > 1:
+        lo, hi = counts[0], counts[-1]
+        rounds = {n: [r for r in results if r["nodes"] == n] for n in (lo, hi)}
         lines.append(
-            f"\n{hi['nodes']}-node re-run / {lo['nodes']}-node re-run: "
-            + ", ".join(f"{names[e]} {hi[e] / lo[e]:.2f}x" for e in engines)
+            f"\n{hi}-node re-run / {lo}-node re-run: "
+            + ", ".join(f"{names[e]} {ratio(results, e, hi, lo):.2f}x" for e in engines)
+            + "".join(f" ({n} nodes: the mean of {len(rounds[n])} rounds' medians, run "
+                      "before and after the other count's, so that a drift in this "
+                      "machine's speed falls on both sides)"
+                      for n in (lo, hi) if len(rounds[n]) > 1)
         )
     RESULTS.write_text(RESULTS.read_text() + "\n".join(lines) + "\n")
     print(f"recorded in {RESULTS.relative_to(ROOT)}")

@@ -1,5 +1,5 @@
 """pyinfra's own bookkeeping for each operation on each host, made cheap, with the
-same results: :func:`speed_up_pyinfra` installs all three of these.
+same results: :func:`speed_up_pyinfra` installs all four of these.
 
 The operation order. In CLI mode pyinfra orders operations by the line numbers of the
 deploy code that called them: for every operation on every host it calls
@@ -29,6 +29,12 @@ The argument check. With ``-y`` pyinfra checks each operation call's arguments w
 for every call on every host; :func:`operation_signature` works it out once per
 operation function (a signature never changes; ``bind`` still raises the same
 TypeError).
+
+The formatted commands. ``make_formatted_string_command`` splits its template with
+``shlex.split`` and parses each word's ``{0}`` fields on every call, though facts and
+operations pass the same few templates (``Sha1File``'s, for every file on every host);
+:func:`formatted_string_command` splits and parses each template once and fills in
+the values as pyinfra does.
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import shlex
 import sys
+from string import Formatter
 
 _INSTALLED = []
 #: pyinfra's own functions this module stands in for, by name (once installed).
@@ -169,10 +177,50 @@ def operation_signature(func) -> inspect.Signature:
     return inspect.signature(func)
 
 
+@functools.lru_cache(maxsize=1024)
+def _template_words(string: str) -> tuple:
+    """*string* split as ``shlex.split`` splits it, each word as its ``(literal, field)``
+    pairs from ``Formatter.parse`` (worked out once per template)."""
+    formatter = Formatter()
+    return tuple(tuple((literal, field) for literal, field, _, _ in formatter.parse(word))
+                 for word in shlex.split(string))
+
+
+def formatted_string_command(string: str, *args, **kwargs):
+    """What ``pyinfra.api.command.make_formatted_string_command`` returns: a
+    ``StringCommand`` of the template's words, each ``{field}`` replaced by its value
+    (a word of several parts joined without a separator)."""
+    from pyinfra.api.command import StringCommand
+
+    formatter = Formatter()
+    string_bits: list = []
+    for word in _template_words(string):
+        token_bits = []
+        for literal, field in word:
+            if literal:
+                token_bits.append(literal)
+            if field:
+                value, _ = formatter.get_field(field, args, kwargs)
+                token_bits.append(value)
+        if len(token_bits) == 1:
+            string_bits.append(token_bits[0])
+        elif len(token_bits) > 1:
+            string_bits.append(StringCommand(*token_bits, _separator=""))
+    return StringCommand(*string_bits)
+
+
+#: The modules that import ``make_formatted_string_command`` by name.
+_FORMATTED_COMMAND_USERS = (
+    "pyinfra.api.command", "pyinfra.facts.files", "pyinfra.facts.server",
+    "pyinfra.facts.deb", "pyinfra.facts.rpm", "pyinfra.facts.pacman",
+    "pyinfra.facts.freebsd", "pyinfra.operations.files", "pyinfra.operations.util.service",
+)
+
+
 def speed_up_pyinfra() -> None:
     """Use the frame walk for pyinfra's operation order, the cached list of global
-    arguments, the quicker global-argument lookup and the once-worked-out operation
-    signatures (idempotent)."""
+    arguments, the quicker global-argument lookup, the once-worked-out operation
+    signatures and the once-split command templates (idempotent)."""
     if _INSTALLED:
         return
     # importlib: the name pyinfra.api.operation is the decorator, not the module.
@@ -189,4 +237,10 @@ def speed_up_pyinfra() -> None:
             module.all_global_arguments = cached_global_arguments
         if hasattr(module, "pop_global_arguments"):
             module.pop_global_arguments = pop_global_arguments
+    ORIGINALS.setdefault("make_formatted_string_command", importlib.import_module(
+        "pyinfra.api.command").make_formatted_string_command)
+    for name in _FORMATTED_COMMAND_USERS:
+        module = importlib.import_module(name)
+        if hasattr(module, "make_formatted_string_command"):
+            module.make_formatted_string_command = formatted_string_command
     _INSTALLED.append(True)

@@ -53,14 +53,25 @@ def _environment(templates_dir: str) -> jinja2.Environment:
     return env
 
 
+@cache
+def _component_environment(component: str) -> jinja2.Environment:
+    return _environment(str(ROLES_DIR / component / "templates"))
+
+
 def render(component: str, template: str, variables: Mapping[str, Any]) -> str:
     """Render ``roles/<component>/templates/<template>`` with ``variables``."""
-    env = _environment(str(ROLES_DIR / component / "templates"))
-    return env.get_template(template).render(**variables)
+    return _component_environment(component).get_template(template).render(**variables)
 
 
+@cache
 def _defaults_path(component: str) -> Path:
     return ROLES_DIR / component / "defaults" / "main.yml"
+
+
+@cache
+def _os_vars_path(component: str, os_family: str) -> tuple[Path, bool]:
+    path = ROLES_DIR / component / "vars" / f"{os_family}.yml"
+    return path, path.exists()
 
 
 def defaults(component: str) -> dict[str, Any]:
@@ -76,8 +87,8 @@ def default_value(component: str, key: str) -> Any:
 
 def os_vars(component: str, os_family: str) -> dict[str, Any]:
     """Distribution differences: ``roles/<component>/vars/<os_family>.yml``."""
-    path = ROLES_DIR / component / "vars" / f"{os_family}.yml"
-    if not path.exists():
+    path, exists = _os_vars_path(component, os_family)
+    if not exists:
         raise ValueError(f"{component}: {os_family} systems are not supported (no {path.name})")
     return _load_yaml(path)
 
@@ -106,7 +117,8 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     return plain_copy(_mapping(path))
 
 
-_IMMUTABLE = (str, int, float, bool, bytes, type(None), datetime.datetime, datetime.date)
+_IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None), datetime.datetime,
+                        datetime.date})
 
 
 def plain_copy(value: Any) -> Any:
@@ -116,12 +128,13 @@ def plain_copy(value: Any) -> Any:
     kind = type(value)
     if kind in _IMMUTABLE:
         return value
+    # (members that are strings or numbers, most of them, are kept without a call each)
     if kind is dict:
-        return {k: plain_copy(v) for k, v in value.items()}
+        return {k: v if type(v) in _IMMUTABLE else plain_copy(v) for k, v in value.items()}
     if kind is list:
-        return [plain_copy(v) for v in value]
+        return [v if type(v) in _IMMUTABLE else plain_copy(v) for v in value]
     if kind is tuple:
-        return tuple(plain_copy(v) for v in value)
+        return tuple(v if type(v) in _IMMUTABLE else plain_copy(v) for v in value)
     if kind is set:
         return set(value)  # members are hashable, so immutable here
     return copy.deepcopy(value)

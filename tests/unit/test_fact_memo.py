@@ -134,7 +134,7 @@ def _local_state():
 def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatch):
     from pyinfra.context import ctx_host, ctx_state
     from pyinfra.facts.files import Directory, Link, Sha1File
-    from pyinfra.facts.server import LinuxDistribution
+    from pyinfra.facts.server import Hostname, Kernel, LinuxDistribution
 
     from aicluster.facts import memo
 
@@ -164,6 +164,10 @@ def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatc
         (File, {"path": str(d / "with space.conf")}),
         (Sha1File, {"path": str(d / "odd'name")}),  # not plain: read on its own
         (File, {"path": str(d / "odd'name")}),
+        # read with shell builtins instead of their own commands
+        (Hostname, {}),
+        (Kernel, {}),
+        (Os, {}),
     ]
 
     state, host = _local_state()
@@ -188,6 +192,7 @@ def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatc
     assert again[9] is None and again[11] and again[13]
     script = commands[0].get_raw_value()
     assert "sha1sum -- " in script and "stat -c " in script
+    assert "/proc/sys/kernel/ostype" in script and "ls -pdL" not in script
 
 
 def _counting_local_state(monkeypatch):
@@ -508,3 +513,100 @@ def test_a_put_to_a_missing_file_notes_its_checksum_for_the_next_run(tmp_path, m
     saved = memo.reads_file(host).read_text()
     assert f'"pyinfra.facts.files:Sha1File", [], {{"path": "{new}"}}' in saved
     assert saved.count("Sha1File") == 1
+
+
+def _run_sh(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+
+
+def test_cheaper_commands_print_what_pyinfras_print(tmp_path):
+    """Each stand-in for one of pyinfra's fact commands prints what that command prints,
+    exit code included: on this machine, in a release-file directory with every kind
+    of entry, and with /proc unreadable (the fallback runs pyinfra's command)."""
+    from pyinfra.facts.server import Hostname, Kernel, LinuxDistribution
+
+    from aicluster.facts import memo
+
+    for fact in (Hostname, Kernel, Os, LinuxDistribution):
+        assert fact().command() in memo.CHEAPER_COMMANDS, fact.__name__
+    for theirs, ours in memo.CHEAPER_COMMANDS.items():
+        a, b = _run_sh(theirs), _run_sh(ours)
+        assert (b.stdout, b.returncode) == (a.stdout, a.returncode), theirs
+        assert b.stdout.strip()
+        gone = ours.replace("/proc/sys/kernel/", str(tmp_path / "nothing") + "/")
+        if gone != ours:
+            c = _run_sh(gone)
+            assert (c.stdout, c.returncode) == (a.stdout, a.returncode)
+
+    release = LinuxDistribution().command()
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "os-release").write_text('ID=rocky\nNAME="Rocky Linux"\nVERSION_ID="9.4"\n')
+    (etc / "rocky-release").write_text("Rocky Linux release 9.4 (Blue Onyx)\n")
+    (etc / "system-release").symlink_to("rocky-release")
+    (etc / "empty-release").write_text("")
+    (etc / "dir-release").mkdir()
+    (etc / "linked-dir-release").symlink_to("dir-release")
+    (etc / "dangling-release").symlink_to("nowhere")
+    (etc / "release.bak").write_text("not a release file\n")
+    theirs = _run_sh(release.replace("/etc/", f"{etc}/"))
+    ours = _run_sh(memo.CHEAPER_COMMANDS[release].replace("/etc/", f"{etc}/"))
+    assert ours.returncode == theirs.returncode == 0
+    assert ours.stdout == theirs.stdout
+    assert LinuxDistribution().process(ours.stdout.splitlines())["name"] == "Rocky Linux"
+    for entry in list(etc.iterdir()):
+        if entry.is_dir() and not entry.is_symlink():
+            entry.rmdir()
+        else:
+            entry.unlink()
+    theirs = _run_sh(release.replace("/etc/", f"{etc}/"))
+    ours = _run_sh(memo.CHEAPER_COMMANDS[release].replace("/etc/", f"{etc}/"))
+    assert (ours.stdout, ours.returncode) == (theirs.stdout, theirs.returncode) == ("", 0)
+
+
+def test_stat_in_one_command_only_where_stat_knows_c(tmp_path):
+    """The one stat asks for / first: a stat that does not know ``-c`` prints no line
+    for it, and the files are then read one by one (each with its own fallback)."""
+    from aicluster.facts import memo
+
+    group = memo.GROUPED["stat"]
+    mark = "@@aicluster-fact@@"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "stat").write_text("#!/bin/sh\necho 'stat: illegal option -- c' >&2; exit 1\n")
+    (bindir / "stat").chmod(0o755)
+    command = group.command([str(tmp_path)])
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    bsd = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env)
+    assert group.split(bsd.stdout.splitlines(), [str(tmp_path)]) is None
+    gnu = _run_sh(command).stdout.splitlines()
+    answers = group.split(gnu, [str(tmp_path)])
+    assert answers is not None and "mode=d" in answers[str(tmp_path)][0]
+    assert group.split([f"{mark}done"], [str(tmp_path)]) is None
+
+
+def test_answers_parsed_once_for_hosts_that_print_the_same():
+    from pyinfra.facts.deb import DebPackages
+    from pyinfra.facts.server import Hostname
+
+    from aicluster.facts import memo
+
+    state = SimpleNamespace()
+    lines = ["ii  bash    5.2.15-2+b2  amd64  GNU Bourne Again SHell",
+             "ii  zlib1g:amd64  1:1.2.13.dfsg-1  amd64  compression library"]
+    calls = []
+
+    class Counting(DebPackages):
+        def process(self, output):
+            calls.append(list(output))
+            return super().process(output)
+
+    Counting.__module__, Counting.__qualname__ = DebPackages.__module__, "DebPackages"
+    first = memo._processed(state, Counting, Counting(), lines)
+    again = memo._processed(state, Counting, Counting(), list(lines))
+    assert again == first == DebPackages().process(lines) and len(calls) == 1
+    memo._processed(state, Counting, Counting(), lines[:1])
+    assert len(calls) == 2  # other output: parsed again
+    # a fact not known to depend on its output alone is parsed for every host
+    assert memo._processed(state, Hostname, Hostname(), ["node1"]) == "node1"
+    assert "pyinfra.facts.server:Hostname" not in memo.SHARED_PROCESS

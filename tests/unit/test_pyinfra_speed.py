@@ -140,3 +140,89 @@ def test_global_arguments_checked_as_pyinfra_checks_them():
     state, host = _host_with_data({}, {})
     with pytest.raises(ArgumentTypeError, match="_retries"):
         pyinfra_speed.pop_global_arguments(state, host, {"_retries": "many"})
+
+
+def _real_formatted_string_command():
+    from pyinfra.api import command
+
+    from aicluster import pyinfra_speed
+
+    real = pyinfra_speed.ORIGINALS.get("make_formatted_string_command",
+                                       command.make_formatted_string_command)
+    assert real.__module__ == "pyinfra.api.command" and real.__name__ != "formatted_string_command"
+    return real
+
+
+def _shape(value):
+    """A command's words: their kinds, separators and raw text, nested."""
+    from pyinfra.api.command import StringCommand
+
+    if isinstance(value, StringCommand):
+        return ("cmd", value.separator, tuple(_shape(bit) for bit in value.bits))
+    return (type(value).__name__, str(value))
+
+
+@pytest.mark.parametrize("template, args, kwargs", [
+    # Sha1File's template, a path with spaces and quotes
+    ("test -e {0} && ( sha1sum {0} 2> /dev/null || shasum {0} 2> /dev/null || "
+     "sha1 {0} 2> /dev/null ) || true", ("/etc/it's here",), {}),
+    ("cat {0} 2>/dev/null || true", ("/etc/slurm/slurm.conf",), {}),
+    ("systemctl {1} {0}", ("ray-worker.service", "restart"), {}),
+    ("chown {0}:{1} '{2}'", ("ray", "ray", "/var/lib/ray dir"), {}),
+    ("curl -sSLf {url} -o {dest}", (), {"url": "http://10.213.0.1/a b", "dest": "/tmp/x"}),
+    ('echo "{0} and {1}" > {2}', ("one", "two", "/tmp/out"), {}),
+    ("true", (), {}),
+])
+@pytest.mark.parametrize("quoted", [False, True])
+def test_formatted_commands_as_pyinfra_makes_them(template, args, kwargs, quoted):
+    """The once-split template gives the command pyinfra's own function gives: the
+    same words, the same raw text, the same masked text; QuoteString values quoted."""
+    from pyinfra.api.command import QuoteString
+
+    from aicluster.pyinfra_speed import formatted_string_command
+
+    real = _real_formatted_string_command()
+    if quoted:
+        args = tuple(QuoteString(a) for a in args)
+        kwargs = {k: QuoteString(v) for k, v in kwargs.items()}
+    for _ in range(2):  # the second call is served from the cache
+        ours = formatted_string_command(template, *args, **kwargs)
+        theirs = real(template, *args, **kwargs)
+        assert _shape(ours) == _shape(theirs)
+        assert ours.get_raw_value() == theirs.get_raw_value()
+        assert str(ours) == str(theirs)
+
+
+def test_formatted_command_errors_as_pyinfras():
+    from aicluster.pyinfra_speed import formatted_string_command
+
+    real = _real_formatted_string_command()
+    for template, args in (("echo {1}", ("only one",)), ("echo 'unclosed {0}", ("x",))):
+        with pytest.raises(Exception) as theirs:
+            real(template, *args)
+        with pytest.raises(type(theirs.value)):
+            formatted_string_command(template, *args)
+
+
+def test_formatted_command_installed_where_pyinfra_imported_it(monkeypatch):
+    from aicluster import pyinfra_speed
+
+    names = pyinfra_speed._FORMATTED_COMMAND_USERS
+    modules = [importlib.import_module(name) for name in names]
+    for module in modules:
+        monkeypatch.setattr(module, "make_formatted_string_command",
+                            _real_formatted_string_command())
+    monkeypatch.setattr(pyinfra_speed, "_INSTALLED", [])
+    speed_up_pyinfra()
+    for module in modules:
+        assert module.make_formatted_string_command is pyinfra_speed.formatted_string_command
+    # every module of pyinfra that imports it by name is in the list
+    import pkgutil
+
+    import pyinfra as package
+    for info in pkgutil.walk_packages(package.__path__, "pyinfra."):
+        if info.name.startswith(("pyinfra.connectors", "pyinfra_cli")):
+            continue
+        module = importlib.import_module(info.name)
+        if hasattr(module, "make_formatted_string_command") and info.name not in names:
+            pytest.fail(f"{info.name} imports make_formatted_string_command: add it")

@@ -21,6 +21,9 @@ changes when a command runs on it, so
   Files' stat and checksums and units' states are read a kind at a time (one ``stat``,
   one ``sha1sum``, one ``systemctl show``), and the whole answer comes back gzipped
   as one line. A part that fails or is missing is simply read again the normal way.
+  A few of pyinfra's own commands are swapped there for shell builtins printing the
+  same (:data:`CHEAPER_COMMANDS`), and answers that depend on their output alone are
+  parsed once for all hosts that print the same (:data:`SHARED_PROCESS`).
 
 In a re-run that changes nothing, each host is asked once.
 """
@@ -48,6 +51,28 @@ from aicluster.render import plain_copy
 READS_DIR = Path(os.environ.get("AICLUSTER_FACT_READS_DIR", "~/.cache/aicluster/fact-reads"))
 #: Facts never remembered: arbitrary commands (their text may be anything).
 NOT_REMEMBERED = frozenset({"pyinfra.facts.server:Command"})
+#: pyinfra fact commands (their exact text) and what the one-command read runs
+#: instead: the same output from the shell itself, not a process each (uname) or three
+#: (``ls | grep`` for the release files). A pyinfra that changes its command text gets
+#: its own run. tests/unit/test_fact_memo.py compares the outputs.
+CHEAPER_COMMANDS = {
+    "uname -n": ('{ read -r v < /proc/sys/kernel/hostname && printf "%s\\n" "$v"; } '
+                 '2>/dev/null || uname -n'),
+    "uname -s": ('{ read -r v < /proc/sys/kernel/ostype && printf "%s\\n" "$v"; } '
+                 '2>/dev/null || uname -s'),
+    # LinuxDistribution: each regular file /etc/*-release (links followed), named,
+    # then its text, then ---.
+    ("cd /etc/ && for file in $(ls -pdL *-release | grep -v /); "
+     'do echo "/etc/${file}"; cat "/etc/${file}"; echo ---; done'): (
+        'for file in /etc/*-release; do [ -f "$file" ] || continue; '
+        'echo "$file"; cat "$file"; echo ---; done'),
+}
+#: Facts whose answer depends on their output alone: hosts that print the same are
+#: parsed once per run (the distribution's files go through a temporary directory,
+#: the package list is hundreds of lines). Answers are handed out as copies.
+SHARED_PROCESS = frozenset({
+    "pyinfra.facts.server:LinuxDistribution", "pyinfra.facts.deb:DebPackages",
+})
 #: Connector arguments that change what a fact command prints (who runs it, where,
 #: with which shell and environment). Timeouts, retries, passwords and exit-code
 #: lists change how it runs, not what it reads.
@@ -434,8 +459,9 @@ class _StatGroup:
     """pyinfra's File, Directory, Link and Socket facts for many paths in one ``stat``
     (each fact's own command runs ``stat`` once per path). Each path's line is the one
     its own command prints; a path stat cannot find has none (its fact's default).
-    Only GNU stat (``--version``) prints the closing mark, so elsewhere nothing is
-    taken from this and the facts are read one by one."""
+    ``/`` is asked first: a ``stat`` without ``-c`` (BSD's) prints no line for it, and
+    then nothing is taken from this and the facts are read one by one, each falling
+    back as its own command does (``stat -c``, else ``stat -f``)."""
 
     process_needs_command = False
 
@@ -449,13 +475,13 @@ class _StatGroup:
 
         fmt = LINUX_STAT_COMMAND.split("'")[1]
         quoted = " ".join(shlex.quote(p) for p in paths)
-        return (f"if stat --version >/dev/null 2>&1; then "
-                f"stat -c '{_MARK}%n{_MARK} {fmt}' -- {quoted} 2>/dev/null; "
-                f"echo '{_MARK}done'; fi")
+        return (f"stat -c '{_MARK}%n{_MARK} {fmt}' -- / {quoted} 2>/dev/null; "
+                f"echo '{_MARK}done'")
 
     @staticmethod
     def split(lines: list[str], keys: list[str]) -> dict[str, list[str]] | None:
-        if f"{_MARK}done" not in lines:
+        if f"{_MARK}done" not in lines or not any(
+                line.startswith(f"{_MARK}/{_MARK} ") for line in lines):
             return None
         out = {}
         for line in lines:
@@ -657,6 +683,7 @@ def _prefetch(host) -> int:
         if not isinstance(command, str) or (requires is not None and not isinstance(
                 requires, str)):
             continue
+        command = CHEAPER_COMMANDS.get(command, command)
         wanted.append((index, cls, fact, args, kwargs))
         parts.append((index, command, requires))
     if not wanted:
@@ -690,7 +717,7 @@ def _prefetch(host) -> int:
         if rc != 0 or lines == [_MISSING_COMMAND_MARKER]:
             continue
         try:
-            value = fact.process(lines) if lines else fact.default()
+            value = _processed(state, cls, fact, lines) if lines else fact.default()
         except Exception:
             continue
         key = fact_key(host, cls, args, kwargs)
@@ -698,6 +725,19 @@ def _prefetch(host) -> int:
             memo.setdefault(key, value)
             done += 1
     return done
+
+
+def _processed(state, cls, fact, lines: list[str]) -> Any:
+    """``fact.process(lines)``; once per run for each output of a :data:`SHARED_PROCESS`
+    fact (the memo hands out copies, so hosts sharing the answer cannot alter it)."""
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    if name not in SHARED_PROCESS:
+        return fact.process(lines)
+    cache = state.__dict__.setdefault("aicluster_processed", {})
+    key = (name, tuple(lines))
+    if key not in cache:
+        cache[key] = fact.process(lines)
+    return cache[key]
 
 
 def remember_reads(state) -> None:
