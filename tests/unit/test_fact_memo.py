@@ -610,3 +610,79 @@ def test_answers_parsed_once_for_hosts_that_print_the_same():
     # a fact not known to depend on its output alone is parsed for every host
     assert memo._processed(state, Hostname, Hostname(), ["node1"]) == "node1"
     assert "pyinfra.facts.server:Hostname" not in memo.SHARED_PROCESS
+
+
+def _shared_shell_samples(tmp_path):
+    """Each command that may run in the batch's own shell, with arguments to run it."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from pyinfra.api import FactBase
+
+    import aicluster.facts as package
+    from aicluster.facts import memo
+
+    venv = tmp_path / "ray" / "2.60.0" / "venv"
+    (venv / "lib/python3.11/site-packages/ray-2.60.0.dist-info").mkdir(parents=True)
+    (venv / "lib/python3.11/site-packages/ray-2.60.0.dist-info/METADATA").write_text("x\n")
+    (tmp_path / "a file").write_text("x\n")
+    samples = {
+        "ContainerVirt": {}, "NftTable": {"family": "inet", "table": "aicluster"},
+        "GlobPaths": {"pattern": "/etc/*-release"}, "UserAccount": {"user": "root"},
+        "UnitLoaded": {"unit": "ssh.service"}, "CgroupWritable": {}, "NvidiaDriver": {},
+        "SlurmConf": {}, "NetworkInterfaces": {},
+        "ManagementInterface": {"address": "127.0.0.1"}, "InfinibandPorts": {},
+        "RayNode": {"python": "python3", "venv": str(venv),
+                    "install_dir": str(tmp_path / "ray")},
+    }
+    commands = {}
+    for info in pkgutil.iter_modules(package.__path__, "aicluster.facts."):
+        module = importlib.import_module(info.name)
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if (issubclass(cls, FactBase) and cls.__module__ == info.name
+                    and getattr(cls, "shares_shell", False)):
+                assert name in samples, f"{name} shares the shell: give it a sample here"
+                commands[name] = cls().command(**samples[name])
+    commands.update({f"cheaper {n}": c for n, c in enumerate(memo.CHEAPER_COMMANDS.values())})
+    commands["command -v"] = "command -v sh || true"
+    commands["stat group"] = memo.GROUPED["stat"].command([str(tmp_path / "a file"), "/no"])
+    commands["sha1 group"] = memo.GROUPED["sha1"].command([str(tmp_path / "a file"), "/no"])
+    commands["systemd group"] = memo.GROUPED["systemd"].command(
+        ["SubState ssh.service", "UnitFileState ssh.service"])
+    return commands
+
+
+def test_commands_sharing_the_shell_leave_it_as_they_found_it(tmp_path):
+    """A command run in the batch's own shell prints what it prints in a subshell of its
+    own, with every variable it names set beforehand (it must set each before reading
+    it), and leaves the directory, IFS and the shell itself as they were."""
+    import re
+
+    from aicluster.facts import memo
+
+    work = tmp_path / "work"
+    work.mkdir()
+    for name, command in _shared_shell_samples(tmp_path).items():
+        from pyinfra.api.command import StringCommand
+
+        if isinstance(command, StringCommand):
+            command = command.get_raw_value()
+        if not name.endswith(" group"):  # (a group's one command always shares it)
+            assert memo.shares_shell(type("Any", (), {"shares_shell": name[0].isupper()}),
+                                     command), name
+        names = set(re.findall(r"\$\{?#?([A-Za-z_][A-Za-z0-9_]*)", command))
+        names |= set(re.findall(r"(?<![A-Za-z0-9_$])([A-Za-z_][A-Za-z0-9_]*)=", command))
+        names -= {"IFS", "PATH", "HOME"}
+        poison = "; ".join(f"{n}=poison" for n in sorted(names)) or ":"
+        probe = 'echo "rc=$?"; [ "$IFS" = "$saved" ] && echo ifs-kept; pwd'
+        alone = _run_sh(f"cd {work}; saved=$IFS; ( {command}\n) 2>/dev/null; {probe}")
+        shared = _run_sh(f"cd {work}; saved=$IFS; {poison}; {{ {command}\n}} 2>/dev/null; "
+                         f"{probe}")
+        assert shared.stdout == alone.stdout, name
+        assert shared.stdout.endswith(f"ifs-kept\n{work}\n"), name
+    # what the batch runs: shared parts in braces, the others in a subshell each
+    script = memo.batch_command([(0, "cat /etc/x", None, False), (1, "uname -n", None, True),
+                                 (2, "dpkg -l", "dpkg", True)])
+    assert "( cat /etc/x\n)" in script and "{ uname -n\n}" in script
+    assert "then { dpkg -l\n}; else" in script

@@ -55,6 +55,9 @@ def parse(lines) -> list[dict]:
 class InfinibandPorts(FactBase):
     """Every InfiniBand/RoCE port of the node (empty without an HCA)."""
 
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
     def command(self) -> str:
         return PORTS_COMMAND
 

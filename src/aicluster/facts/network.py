@@ -62,6 +62,9 @@ def parse_interfaces(lines) -> list[dict]:
 class NetworkInterfaces(FactBase):
     """The node's network interfaces, as :func:`parse_interfaces` describes them."""
 
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
     def command(self) -> str:
         return INTERFACES_COMMAND
 
@@ -96,6 +99,9 @@ def parse_management(lines) -> dict | None:
 
 class ManagementInterface(FactBase):
     """The interface holding the address the deploy connects through, or None."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
 
     requires_command = "ip"
 

@@ -63,6 +63,9 @@ def parse(lines) -> dict:
 class RayNode(FactBase):
     """Ray on a node, as :func:`parse` describes it."""
 
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
     def default(self) -> dict:
         return {"python": None, "ray": None, "deployed": None, "versions": [], "addresses": None}
 

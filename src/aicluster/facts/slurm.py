@@ -20,6 +20,9 @@ NVIDIA_COMMAND = "test -r /proc/driver/nvidia/version && echo yes || echo no"
 class CgroupWritable(FactBase):
     """True when Slurm's cgroup plugins can work here (cgroups mounted read-write)."""
 
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
     def command(self) -> str:
         return CGROUP_COMMAND
 
@@ -32,6 +35,9 @@ class CgroupWritable(FactBase):
 class NvidiaDriver(FactBase):
     """True when the NVIDIA kernel driver is loaded (not merely installed)."""
 
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
     def command(self) -> str:
         return NVIDIA_COMMAND
 
@@ -43,6 +49,9 @@ class NvidiaDriver(FactBase):
 
 class SlurmConf(FactBase):
     """The node's current slurm.conf ("" when there is none)."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
 
     def command(self) -> str:
         return "cat /etc/slurm/slurm.conf 2>/dev/null || true"

@@ -20,6 +20,9 @@ class ContainerVirt(FactBase):
     one of the files systemd-detect-virt reads: that file, read by the shell, spares
     starting systemd-detect-virt there."""
 
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
     def command(self) -> str:
         return ("{ read -r c < /run/systemd/container && [ -n \"$c\" ] && echo \"$c\"; } "
                 "2>/dev/null || systemd-detect-virt --container 2>/dev/null || true")
@@ -32,6 +35,9 @@ class ContainerVirt(FactBase):
 class NftTable(FactBase):
     """Whether the nftables table ``family table`` is loaded (False without nft)."""
 
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
     def command(self, family: str, table: str) -> str:
         return (f"nft list table {shlex.quote(family)} {shlex.quote(table)} >/dev/null 2>&1 "
                 "&& echo yes || echo no")
@@ -42,6 +48,9 @@ class NftTable(FactBase):
 
 class GlobPaths(FactBase):
     """The paths a shell glob matches, sorted (an empty list when none)."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
 
     def command(self, pattern: str) -> str:
         # The pattern is a glob: it is expanded by the shell, so it is not quoted. What
@@ -58,6 +67,9 @@ class UserAccount(FactBase):
 
     ``Users`` runs five commands for every account on the node; this reads one, the
     way ``id`` sees it (through NSS, as useradd and the services do)."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
 
     def command(self, user: str) -> str:
         q = shlex.quote(user)
@@ -87,6 +99,9 @@ class UserAccount(FactBase):
 
 class UnitLoaded(FactBase):
     """Whether systemd knows the unit (its unit file is installed), enabled or not."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
 
     #: The unit property read (as pyinfra's systemd facts name theirs): the fact
     #: prefetch reads it with other units' states in one systemctl (facts.memo).
