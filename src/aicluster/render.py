@@ -41,9 +41,10 @@ FILTERS = {
 
 
 @cache
-def _environment(templates_dir: str) -> jinja2.Environment:
+def _environment(component: str) -> jinja2.Environment:
+    """The Jinja2 environment of ``roles/<component>/templates/`` (one per component)."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(templates_dir),
+        loader=jinja2.FileSystemLoader(str(ROLES_DIR / component / "templates")),
         trim_blocks=True,
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
@@ -53,14 +54,9 @@ def _environment(templates_dir: str) -> jinja2.Environment:
     return env
 
 
-@cache
-def _component_environment(component: str) -> jinja2.Environment:
-    return _environment(str(ROLES_DIR / component / "templates"))
-
-
 def render(component: str, template: str, variables: Mapping[str, Any]) -> str:
     """Render ``roles/<component>/templates/<template>`` with ``variables``."""
-    return _component_environment(component).get_template(template).render(**variables)
+    return _environment(component).get_template(template).render(**variables)
 
 
 @cache
