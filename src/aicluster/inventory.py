@@ -289,6 +289,8 @@ class HostSpec(BaseModel):
     ssh_user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = "root"
     ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
     ssh_key: str | None = None
+    #: Seconds the SSH connection to the host stays open after a run (0: none kept).
+    ssh_control_persist: Annotated[int, Field(ge=0, le=86400)] = 60
     hardware: Hardware = Hardware()
 
 
@@ -975,6 +977,11 @@ def finish(module_globals: dict[str, Any]) -> None:
         raise SystemExit(2) from None
     for warning in cluster.warnings:
         print(f"aicluster: warning: {warning}", file=sys.stderr)
+    # pyinfra makes its hosts once this file is read: SSH connections it makes from
+    # then on stay open between runs (aicluster.ssh_mux).
+    from aicluster.ssh_mux import use_mux_connector
+
+    use_mux_connector()
 
 
 def _ansible_main(path: str, argv: list[str]) -> None:
