@@ -164,7 +164,9 @@ def pop_global_arguments(state, host, kwargs):
         if handler:
             value = handler(config, value)
 
-        if value != default:
+        # A value of a plain class's own type (an operation's ``name``) passes pyinfra's
+        # check (typeguard: isinstance) without it; any other value is checked by it.
+        if value != default and not (type(type_) is type and isinstance(value, type_)):
             raise_if_bad_type(value, type_, ArgumentTypeError, f"Invalid argument `{key}`:")
 
         arguments[key] = value

@@ -142,6 +142,32 @@ def test_global_arguments_checked_as_pyinfra_checks_them():
         pyinfra_speed.pop_global_arguments(state, host, {"_retries": "many"})
 
 
+@pytest.mark.parametrize("key, value", [
+    ("_retries", "many"), ("_sudo", 1), ("_timeout", 1.5), ("name", 3), ("_chdir", b"/"),
+    ("_env", {"A": 1}), ("_success_exit_codes", 5),
+])
+def test_global_argument_types_refused_as_pyinfra_refuses_them(key, value):
+    """Values of a plain class's type skip pyinfra's typeguard call; every other value
+    still meets it, so what pyinfra refuses is refused with its message."""
+    from pyinfra.api import arguments as pyinfra_arguments
+    from pyinfra.api.exceptions import ArgumentTypeError
+
+    from aicluster import pyinfra_speed
+
+    real = pyinfra_speed.ORIGINALS.get("pop_global_arguments",
+                                       pyinfra_arguments.pop_global_arguments)
+    state, host = _host_with_data({}, {})
+    with pytest.raises(ArgumentTypeError) as theirs:
+        real(state, host, {key: value})
+    with pytest.raises(ArgumentTypeError) as ours:
+        pyinfra_speed.pop_global_arguments(state, host, {key: value})
+    assert str(ours.value) == str(theirs.value)
+    # and what pyinfra takes is taken alike
+    for good in ({"name": "Install"}, {"_sudo": True}, {"_timeout": 30}, {"_retry_delay": 2}):
+        assert (pyinfra_speed.pop_global_arguments(state, host, dict(good))
+                == real(state, host, dict(good)))
+
+
 def _real_formatted_string_command():
     from pyinfra.api import command
 
