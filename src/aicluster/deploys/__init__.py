@@ -29,16 +29,22 @@ NETWORK_RETRIES = 2
 NETWORK_ARGS = {"_timeout": NETWORK_TIMEOUT, "_retries": NETWORK_RETRIES}
 
 
+_MODULES: dict[str, ModuleType | None] = {}
+
+
 def component_module(component: str) -> ModuleType | None:
-    """The deploy module of a component, or None when it is not built yet."""
+    """The deploy module of a component, or None when it is not built yet (looked up
+    once: each host's deploy asks for every component)."""
     if component not in COMPONENT_ORDER:
         raise ValueError(f"unknown component {component!r}")
-    try:
-        return importlib.import_module(f"aicluster.deploys.{component}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"aicluster.deploys.{component}":
-            return None
-        raise
+    if component not in _MODULES:
+        try:
+            _MODULES[component] = importlib.import_module(f"aicluster.deploys.{component}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"aicluster.deploys.{component}":
+                raise
+            _MODULES[component] = None
+    return _MODULES[component]
 
 
 def unknown_keys(at: str, entry: Mapping[str, Any], known: Iterable[str]) -> list[str]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import importlib
 import inspect
@@ -356,7 +357,10 @@ def save_reads(host) -> None:
     os.replace(tmp, path)
 
 
+@functools.cache
 def _fact_class(name: str):
+    """The fact class named ``module:qualname`` (looked up once: an import, even of a
+    loaded module, takes the import lock, a gevent lock under pyinfra)."""
     module, _, qualname = name.partition(":")
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
