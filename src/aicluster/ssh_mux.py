@@ -39,6 +39,7 @@ import os
 import shlex
 import signal
 import stat
+from collections.abc import Mapping
 from typing import IO, Any
 
 from pyinfra import logger
@@ -106,42 +107,52 @@ def _client_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(_LOCALE_VARIABLES)}
 
 
+def _spawn(argv: list[str], stdin: int, stdout: int, stderr: int):
+    """Start ``argv`` with these descriptors as its 0, 1 and 2 (``posix_spawn``); its
+    pid, and a gevent AsyncResult set to its wait status when it exits."""
+    from gevent import get_hub
+    from gevent.event import AsyncResult
+
+    hub = get_hub()
+    hub.loop.install_sigchld()  # libev reaps children and feeds child watchers
+    pid = os.posix_spawnp(argv[0], argv, _client_environment(), file_actions=[
+        (os.POSIX_SPAWN_DUP2, stdin, 0),
+        (os.POSIX_SPAWN_DUP2, stdout, 1),
+        (os.POSIX_SPAWN_DUP2, stderr, 2),
+    ])  # fmt: skip
+    # Watched before anything yields to the loop, so its exit status is caught.
+    status = AsyncResult()
+    watcher = hub.loop.child(pid, False)
+
+    def exited() -> None:
+        status.set(watcher.rstatus)
+        watcher.close()
+
+    watcher.start(exited)
+    return pid, status
+
+
 class _Client:
     """One OpenSSH client process: started with ``posix_spawn``, its pipes read and
     its exit waited for cooperatively (gevent), so other hosts run meanwhile."""
 
     def __init__(self, argv: list[str]) -> None:
-        from gevent import get_hub
-        from gevent.event import AsyncResult
         from gevent.fileobject import FileObjectPosix
 
-        hub = get_hub()
-        hub.loop.install_sigchld()  # libev reaps children and feeds child watchers
         r_in, w_in = os.pipe()
         r_out, w_out = os.pipe()
         r_err, w_err = os.pipe()
         try:
-            self.pid = os.posix_spawnp(argv[0], argv, _client_environment(), file_actions=[
-                (os.POSIX_SPAWN_DUP2, r_in, 0),
-                (os.POSIX_SPAWN_DUP2, w_out, 1),
-                (os.POSIX_SPAWN_DUP2, w_err, 2),
-            ])  # fmt: skip
+            self.pid, self._status = _spawn(argv, r_in, w_out, w_err)
         except OSError:
             for fd in (r_in, w_in, r_out, w_out, r_err, w_err):
                 os.close(fd)
             raise
-        # Watched before anything yields to the loop, so its exit status is caught.
-        self._status = AsyncResult()
-        self._watcher = hub.loop.child(self.pid, False)
-        self._watcher.start(self._exited)
         for fd in (r_in, w_out, w_err):
             os.close(fd)
         self.stdin = FileObjectPosix(w_in, "wb")
         self.stdout = FileObjectPosix(r_out, "rb")
         self.stderr = FileObjectPosix(r_err, "rb")
-
-    def _exited(self) -> None:
-        self._status.set(self._watcher.rstatus)
 
     def wait(self, timeout: float | None = None) -> int:
         """The client's exit status; on ``timeout`` it is killed and TimeoutError raised."""
@@ -152,7 +163,6 @@ class _Client:
         except Timeout:
             self.kill()
             raise TimeoutError() from None
-        self._watcher.close()
         for pipe in (self.stdin, self.stdout, self.stderr):
             pipe.close()
         return os.waitstatus_to_exitcode(status)
@@ -163,7 +173,6 @@ class _Client:
         except ProcessLookupError:
             pass
         self._status.get()
-        self._watcher.close()
 
     def communicate(
         self, stdin: bytes = b"", timeout: float | None = None
@@ -195,6 +204,107 @@ class _Client:
         return self.wait(), out, err
 
 
+class BackgroundCommand:
+    """A command started on a host before anything waits for its answer (aicluster.facts
+    .memo starts the fact read this way while pyinfra is still starting up). Its output
+    goes to an unlinked temporary file, so it never blocks on a full pipe; its standard
+    error is dropped; its exit is watched."""
+
+    def __init__(self, argv: list[str], command: str) -> None:
+        import tempfile
+
+        self.argv, self.command = argv, command
+        self._out = tempfile.TemporaryFile()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            self.pid, self._status = _spawn(argv + [command], devnull, self._out.fileno(),
+                                            devnull)  # fmt: skip
+        finally:
+            os.close(devnull)
+
+    def result(self, timeout: float | None = None) -> tuple[int, list[str]]:
+        """Its exit status and standard output lines, once it has exited (a timeout
+        kills it and raises TimeoutError)."""
+        from gevent import Timeout
+
+        try:
+            status = self._status.get(timeout=timeout)
+        except Timeout:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise TimeoutError() from None
+        self._out.seek(0)
+        lines = self._out.read().decode(errors="replace").splitlines()
+        self._out.close()
+        return os.waitstatus_to_exitcode(status), lines
+
+
+def needs_paramiko(data: Mapping[str, Any]) -> bool:
+    """Whether a host with this (connector) data needs pyinfra's own connection."""
+    return bool(
+        data.get("ssh_password")
+        or data.get("ssh_key_password")
+        or data.get("ssh_paramiko_connect_kwargs")
+        or not data.get("ssh_control_persist", DEFAULT_PERSIST)
+    )
+
+
+def client_argv(
+    data: Mapping[str, Any], name: str, connect_timeout: int = 10
+) -> tuple[list[str], str]:
+    """The OpenSSH client's command line to the host with this data (pyinfra's
+    connector data, defaults for what it leaves out) up to the remote command, and its
+    master's control socket."""
+
+    def get(key: str) -> Any:
+        value = data.get(key)
+        return mux_connector_data_meta[key].default if value is None else value
+
+    options = [
+        "-o", "BatchMode=yes",
+        # Not "Permanently added ... to the list of known hosts" in a command's output.
+        "-o", "LogLevel=ERROR",
+        "-o", "ServerAliveInterval=15",
+        "-o", "ServerAliveCountMax=4",
+    ]  # fmt: skip
+    if get("ssh_config_file"):
+        options += ["-F", os.path.expanduser(get("ssh_config_file"))]
+    if get("ssh_known_hosts_file"):
+        options += ["-o", f"UserKnownHostsFile={get('ssh_known_hosts_file')}"]
+    if get("ssh_strict_host_key_checking"):
+        options += ["-o", f"StrictHostKeyChecking={get('ssh_strict_host_key_checking')}"]
+    if get("ssh_port"):
+        options += ["-p", str(int(get("ssh_port")))]
+    if get("ssh_user"):
+        options += ["-l", get("ssh_user")]
+    if get("ssh_key"):
+        # As pyinfra's connector: the key named, no agent, no other keys.
+        options += ["-i", os.path.expanduser(get("ssh_key")), "-o", "IdentitiesOnly=yes",
+                    "-o", "IdentityAgent=none"]  # fmt: skip
+    elif not get("ssh_allow_agent"):
+        options += ["-o", "IdentityAgent=none"]
+    if get("ssh_forward_agent"):
+        options.append("-A")
+    destination = ["--", get("ssh_hostname") or name]
+    # One master per address and way of connecting: a host reached with other options
+    # (another key, user or port) gets a master of its own.
+    digest = hashlib.sha256("\0".join(options + destination).encode()).hexdigest()[:24]
+    control_path = os.path.join(control_directory(), digest)
+    argv = [
+        "ssh",
+        "-T",
+        "-o", "ControlMaster=auto",
+        "-o", f"ControlPath={control_path}",
+        "-o", f"ControlPersist={int(get('ssh_control_persist'))}",
+        "-o", f"ConnectTimeout={int(connect_timeout)}",
+        *options,
+        *destination,
+    ]  # fmt: skip
+    return argv, control_path
+
+
 class MuxSSHConnector(SSHConnector):
     """pyinfra's ``ssh`` connector, with each command run by the OpenSSH client over a
     master connection kept open between runs (module docstring)."""
@@ -211,12 +321,7 @@ class MuxSSHConnector(SSHConnector):
 
     def _paramiko(self) -> bool:
         """Whether this host needs pyinfra's own connection (module docstring)."""
-        return bool(
-            self.data["ssh_password"]
-            or self.data["ssh_key_password"]
-            or self.data["ssh_paramiko_connect_kwargs"]
-            or not self.data["ssh_control_persist"]
-        )
+        return needs_paramiko(self.data)
 
     _argv: list[str] | None = None
     control_path: str = ""
@@ -224,51 +329,10 @@ class MuxSSHConnector(SSHConnector):
     def ssh_argv(self) -> list[str]:
         """The OpenSSH client's command line up to the remote command (a new list)."""
         if self._argv is None:
-            self._argv = self._make_argv()
+            self._argv, self.control_path = client_argv(
+                self.data, self.host.name, self.state.config.CONNECT_TIMEOUT
+            )
         return list(self._argv)
-
-    def _make_argv(self) -> list[str]:
-        data = self.data
-        options = [
-            "-o", "BatchMode=yes",
-            # Not "Permanently added ... to the list of known hosts" in a command's output.
-            "-o", "LogLevel=ERROR",
-            "-o", f"ConnectTimeout={int(self.state.config.CONNECT_TIMEOUT)}",
-            "-o", "ServerAliveInterval=15",
-            "-o", "ServerAliveCountMax=4",
-        ]  # fmt: skip
-        if data["ssh_config_file"]:
-            options += ["-F", os.path.expanduser(data["ssh_config_file"])]
-        if data["ssh_known_hosts_file"]:
-            options += ["-o", f"UserKnownHostsFile={data['ssh_known_hosts_file']}"]
-        if data["ssh_strict_host_key_checking"]:
-            options += ["-o", f"StrictHostKeyChecking={data['ssh_strict_host_key_checking']}"]
-        if data["ssh_port"]:
-            options += ["-p", str(int(data["ssh_port"]))]
-        if data["ssh_user"]:
-            options += ["-l", data["ssh_user"]]
-        if data["ssh_key"]:
-            # As pyinfra's connector: the key named, no agent, no other keys.
-            options += ["-i", os.path.expanduser(data["ssh_key"]), "-o", "IdentitiesOnly=yes",
-                        "-o", "IdentityAgent=none"]  # fmt: skip
-        elif not data["ssh_allow_agent"]:
-            options += ["-o", "IdentityAgent=none"]
-        if data["ssh_forward_agent"]:
-            options.append("-A")
-        destination = ["--", data["ssh_hostname"] or self.host.name]
-        # One master per address and way of connecting: a host reached with other
-        # options (another key, user or port) gets a master of its own.
-        name = hashlib.sha256("\0".join(options + destination).encode()).hexdigest()[:24]
-        self.control_path = os.path.join(control_directory(), name)
-        return [
-            "ssh",
-            "-T",
-            "-o", "ControlMaster=auto",
-            "-o", f"ControlPath={self.control_path}",
-            "-o", f"ControlPersist={int(data['ssh_control_persist'])}",
-            *options,
-            *destination,
-        ]  # fmt: skip
 
     def _control(self, operation: str) -> int:
         """``ssh -O operation``: ask this host's master (check, exit); its exit status."""

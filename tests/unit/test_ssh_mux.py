@@ -230,3 +230,57 @@ def test_installed_for_the_hosts_pyinfra_would_reach_with_ssh(monkeypatch):
     made = Inventory((["node1", "@local"], {}))
     assert made.get_host("node1").connector_cls is MuxSSHConnector
     assert made.get_host("@local").connector_cls.__name__ == "LocalConnector"
+
+
+def test_an_early_read_answers_only_the_same_read_over_the_same_connection(
+    fake_ssh, tmp_path, monkeypatch
+):
+    """aicluster.facts.memo starts each node's fact read while pyinfra starts up (the
+    read the node's last run sent, over its open master); the prefetch takes its answer
+    only when it would send the same command over the same connection."""
+    from aicluster.facts import memo
+
+    monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
+    monkeypatch.setattr(memo, "_EARLY", {})
+    conn = connector()
+    conn.host.connector = conn
+    data = dict(conn.host.data.dict())
+    assert memo.start_early_reads({"node9": data}) == 0  # no master, no read kept yet
+    conn.connect()
+    assert memo.start_early_reads({"node9": data}) == 0  # no read kept yet
+    assert memo._early_answer(conn.host, "echo one") is None  # kept for next time
+    assert memo.script_file(conn.host).read_text() == "echo one"
+
+    clear(fake_ssh)
+    assert memo.start_early_reads({"node9": data}) == 1
+    assert memo._early_answer(conn.host, "echo one") == ["one"]
+    assert ops(fake_ssh) == ["run"]  # the early read, nothing else
+
+    memo.start_early_reads({"node9": data})
+    assert memo._early_answer(conn.host, "echo two") is None  # another read: not taken
+    assert memo.script_file(conn.host).read_text() == "echo two"
+
+    memo.script_file(conn.host).write_text("echo three; exit 3")
+    memo.start_early_reads({"node9": data})
+    assert memo._early_answer(conn.host, "echo three; exit 3") is None  # it failed
+
+    memo.script_file(conn.host).write_text("echo four")
+    memo.start_early_reads({"node9": {**data, "ssh_user": "root"}})  # another connection
+    assert memo._early_answer(conn.host, "echo four") is None
+    assert memo.start_early_reads({"node9": {**data, "ssh_password": "pw"}}) == 0
+
+
+def test_early_reads_only_for_the_pyinfra_command_running_a_deploy(tmp_path, monkeypatch):
+    from aicluster.inventory import _runs_a_deploy
+
+    inventory, deploy = tmp_path / "inv.py", tmp_path / "deploy.py"
+    inventory.write_text("")
+    deploy.write_text("")
+    for argv, runs in (
+        (["/venv/bin/pyinfra", "-y", str(inventory), str(deploy)], True),
+        (["/venv/bin/pyinfra", str(inventory), "exec", "--", "uptime"], False),
+        (["/venv/bin/pyinfra", str(inventory), "fact", "server.Hostname"], False),
+        (["/venv/bin/python", "-m", "pytest", str(deploy)], False),
+    ):
+        monkeypatch.setattr(sys, "argv", argv)
+        assert _runs_a_deploy(str(inventory)) is runs, argv
