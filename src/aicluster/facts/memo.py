@@ -450,7 +450,8 @@ def split_output(lines: list[str]) -> dict[int, tuple[int, list[str]]]:
     current: int | None = None
     buffer: list[str] = []
     for line in lines:
-        match = _MARK_RE.match(line)
+        # (the prefix first: most lines are answers, and a regex call each costs more)
+        match = _MARK_RE.match(line) if line.startswith(_MARK) else None
         if not match:
             if current is not None:
                 buffer.append(line)
