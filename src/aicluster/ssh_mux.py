@@ -168,11 +168,14 @@ class _Client:
         return os.waitstatus_to_exitcode(status)
 
     def kill(self) -> None:
+        """Stop the client (SIGKILL to its own pid), wait for it, close its pipes."""
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         self._status.get()
+        for pipe in (self.stdin, self.stdout, self.stderr):
+            pipe.close()
 
     def communicate(
         self, stdin: bytes = b"", timeout: float | None = None
@@ -234,6 +237,8 @@ class BackgroundCommand:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            self._status.get()
+            self._out.close()
             raise TimeoutError() from None
         self._out.seek(0)
         lines = self._out.read().decode(errors="replace").splitlines()

@@ -284,3 +284,15 @@ def test_early_reads_only_for_the_pyinfra_command_running_a_deploy(tmp_path, mon
     ):
         monkeypatch.setattr(sys, "argv", argv)
         assert _runs_a_deploy(str(inventory)) is runs, argv
+
+
+def test_a_background_command_answers_once_it_exits_and_is_stopped_past_its_timeout():
+    from aicluster.ssh_mux import BackgroundCommand
+
+    done = BackgroundCommand(["sh", "-c"], "echo a; echo b >&2; echo c; exit 4")
+    assert done.result(timeout=10) == (4, ["a", "c"])  # standard error is dropped
+    slow = BackgroundCommand(["sh", "-c"], "sleep 30")
+    with pytest.raises(TimeoutError):
+        slow.result(timeout=0.3)
+    with pytest.raises(ProcessLookupError):  # stopped and reaped
+        os.kill(slow.pid, 0)
