@@ -982,23 +982,6 @@ def finish(module_globals: dict[str, Any]) -> None:
     from aicluster.ssh_mux import use_mux_connector
 
     use_mux_connector()
-    if _runs_a_deploy(path):
-        # Valid: each node's fact read can start now, while pyinfra loads the deploy
-        # (aicluster.facts.memo.start_early_reads: only over an open SSH master, only
-        # what the last run read, and used only if this run reads the same).
-        from aicluster.facts.memo import start_early_reads
-
-        start_early_reads({name: host.data for name, host in cluster.hosts.items()})
-
-
-def _runs_a_deploy(inventory_path: str) -> bool:
-    """Whether this is the pyinfra command line running a deploy file (not ``exec``,
-    ``fact`` or an operation by name)."""
-    if os.path.basename(sys.argv[0]) != "pyinfra":
-        return False
-    inventory = os.path.realpath(inventory_path)
-    return any(arg.endswith(".py") and os.path.isfile(arg)
-               and os.path.realpath(arg) != inventory for arg in sys.argv[1:])  # fmt: skip
 
 
 def _ansible_main(path: str, argv: list[str]) -> None:

@@ -207,45 +207,6 @@ class _Client:
         return self.wait(), out, err
 
 
-class BackgroundCommand:
-    """A command started on a host before anything waits for its answer (aicluster.facts
-    .memo starts the fact read this way while pyinfra is still starting up). Its output
-    goes to an unlinked temporary file, so it never blocks on a full pipe; its standard
-    error is dropped; its exit is watched."""
-
-    def __init__(self, argv: list[str], command: str) -> None:
-        import tempfile
-
-        self.argv, self.command = argv, command
-        self._out = tempfile.TemporaryFile()
-        devnull = os.open(os.devnull, os.O_RDWR)
-        try:
-            self.pid, self._status = _spawn(argv + [command], devnull, self._out.fileno(),
-                                            devnull)  # fmt: skip
-        finally:
-            os.close(devnull)
-
-    def result(self, timeout: float | None = None) -> tuple[int, list[str]]:
-        """Its exit status and standard output lines, once it has exited (a timeout
-        kills it and raises TimeoutError)."""
-        from gevent import Timeout
-
-        try:
-            status = self._status.get(timeout=timeout)
-        except Timeout:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._status.get()
-            self._out.close()
-            raise TimeoutError() from None
-        self._out.seek(0)
-        lines = self._out.read().decode(errors="replace").splitlines()
-        self._out.close()
-        return os.waitstatus_to_exitcode(status), lines
-
-
 def needs_paramiko(data: Mapping[str, Any]) -> bool:
     """Whether a host with this (connector) data needs pyinfra's own connection."""
     return bool(

@@ -43,7 +43,6 @@ import re
 import shlex
 import sys
 import zlib
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -341,18 +340,9 @@ def memoize_facts() -> None:
 
 def reads_file(host) -> Path:
     """One file per host and address, under READS_DIR."""
-    return _host_file(host.name, host.data.get("ssh_hostname"), ".json")
-
-
-def script_file(host) -> Path:
-    """The one-command read the host's last run sent it, beside its reads file."""
-    return _host_file(host.name, host.data.get("ssh_hostname"), ".sh")
-
-
-def _host_file(name: str, address: Any, suffix: str) -> Path:
-    ident = hashlib.sha256(f"{name}\0{address}".encode())
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-    return READS_DIR.expanduser() / f"{safe}-{ident.hexdigest()[:12]}{suffix}"
+    ident = hashlib.sha256(f"{host.name}\0{host.data.get('ssh_hostname')}".encode())
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", host.name)
+    return READS_DIR.expanduser() / f"{safe}-{ident.hexdigest()[:12]}.json"
 
 
 def save_reads(host) -> None:
@@ -725,14 +715,11 @@ def _prefetch(host) -> int:
         group_index[kind] = len(entries) + n
         parts.append((group_index[kind], GROUPED[kind].command(list(items)), None, True))
     script = packed(batch_command(parts))
-    lines = _early_answer(host, script)
-    if lines is None:
-        status, output = host.run_shell_command(StringCommand(script))
-        if not status:
-            return 0
-        lines = output.stdout_lines
+    status, output = host.run_shell_command(StringCommand(script))
+    if not status:
+        return 0
     try:
-        results = split_output(unpacked(lines))
+        results = split_output(unpacked(output.stdout_lines))
     except ValueError:  # read the normal way
         return 0
     for kind, items in grouped.items():
@@ -760,84 +747,6 @@ def _prefetch(host) -> int:
             memo.setdefault(key, value)
             done += 1
     return done
-
-
-#: The reads started early (:func:`start_early_reads`): host name -> (script, command).
-_EARLY: dict[str, tuple[str, Any, str]] = {}
-#: Seconds a prefetch waits for its early read before reading the normal way.
-EARLY_READ_TIMEOUT = 30
-
-
-def start_early_reads(hosts: dict[str, Mapping[str, Any]]) -> int:
-    """Start each host's one-command read now, while pyinfra is still starting up, so
-    the nodes answer while this machine loads the deploy: the read the host's last run
-    sent it (``script_file``), over its open SSH master (aicluster.ssh_mux). A host with
-    no saved read, no open master or pyinfra's own connection is read when its deploy
-    starts, as before. The answer is used only if this run's read is the same command
-    to the same connection (:func:`_early_answer`). Returns how many were started."""
-    from pyinfra.api.command import StringCommand
-    from pyinfra.connectors.util import make_unix_command
-
-    from aicluster.ssh_mux import BackgroundCommand, client_argv, needs_paramiko
-
-    started = 0
-    for name, data in hosts.items():
-        try:
-            if needs_paramiko(data):
-                continue
-            path = _host_file(name, data.get("ssh_hostname"), ".sh")
-            if not path.is_file():
-                continue
-            argv, control_path = client_argv(data, name)
-            if not os.path.exists(control_path):
-                continue
-            script = path.read_text()
-            command = make_unix_command(StringCommand(script)).get_raw_value()
-            _EARLY[name] = (script, BackgroundCommand(argv, command), control_path)
-            started += 1
-        except Exception as exc:  # noqa: BLE001 - never in the way of a run
-            from pyinfra import logger
-
-            logger.debug("%s: no early read: %s", name, exc)
-    return started
-
-
-def _early_answer(host, script: str) -> list[str] | None:
-    """The output of *host*'s early read when it ran *script* over this host's own
-    connection and succeeded; None otherwise (read the normal way). Keeps *script* as
-    the read to start early next time."""
-    from aicluster.ssh_mux import MuxSSHConnector
-
-    early = _EARLY.pop(host.name, None)
-    if early is None or early[0] != script:
-        _save_script(host, script)
-    if early is None:
-        return None
-    early_script, command, control_path = early
-    connector = host.connector
-    if early_script != script or not isinstance(connector, MuxSSHConnector):
-        return None
-    connector.ssh_argv()
-    if connector.control_path != control_path:
-        return None
-    try:
-        code, lines = command.result(timeout=EARLY_READ_TIMEOUT)
-    except TimeoutError:
-        return None
-    return lines if code == 0 else None
-
-
-def _save_script(host, script: str) -> None:
-    path = script_file(host)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".sh.tmp")
-        tmp.write_text(script)
-        os.replace(tmp, path)
-    except OSError as exc:
-        from pyinfra import logger
-
-        logger.debug("%s: read not kept for next time: %s", host.name, exc)
 
 
 def _processed(state, cls, fact, lines: list[str]) -> Any:
