@@ -208,26 +208,21 @@ class _Client:
 
 
 def needs_paramiko(data: Mapping[str, Any]) -> bool:
-    """Whether a host with this (connector) data needs pyinfra's own connection."""
+    """Whether a host with this connector data needs pyinfra's own connection."""
     return bool(
-        data.get("ssh_password")
-        or data.get("ssh_key_password")
-        or data.get("ssh_paramiko_connect_kwargs")
-        or not data.get("ssh_control_persist", DEFAULT_PERSIST)
+        data["ssh_password"]
+        or data["ssh_key_password"]
+        or data["ssh_paramiko_connect_kwargs"]
+        or not data["ssh_control_persist"]
     )
 
 
 def client_argv(
     data: Mapping[str, Any], name: str, connect_timeout: int = 10
 ) -> tuple[list[str], str]:
-    """The OpenSSH client's command line to the host with this data (pyinfra's
-    connector data, defaults for what it leaves out) up to the remote command, and its
-    master's control socket."""
-
-    def get(key: str) -> Any:
-        value = data.get(key)
-        return mux_connector_data_meta[key].default if value is None else value
-
+    """The OpenSSH client's command line to the host with this connector data (every
+    key of :data:`mux_connector_data_meta`) up to the remote command, and its master's
+    control socket."""
     options = [
         "-o", "BatchMode=yes",
         # Not "Permanently added ... to the list of known hosts" in a command's output.
@@ -235,25 +230,25 @@ def client_argv(
         "-o", "ServerAliveInterval=15",
         "-o", "ServerAliveCountMax=4",
     ]  # fmt: skip
-    if get("ssh_config_file"):
-        options += ["-F", os.path.expanduser(get("ssh_config_file"))]
-    if get("ssh_known_hosts_file"):
-        options += ["-o", f"UserKnownHostsFile={get('ssh_known_hosts_file')}"]
-    if get("ssh_strict_host_key_checking"):
-        options += ["-o", f"StrictHostKeyChecking={get('ssh_strict_host_key_checking')}"]
-    if get("ssh_port"):
-        options += ["-p", str(int(get("ssh_port")))]
-    if get("ssh_user"):
-        options += ["-l", get("ssh_user")]
-    if get("ssh_key"):
+    if data["ssh_config_file"]:
+        options += ["-F", os.path.expanduser(data["ssh_config_file"])]
+    if data["ssh_known_hosts_file"]:
+        options += ["-o", f"UserKnownHostsFile={data['ssh_known_hosts_file']}"]
+    if data["ssh_strict_host_key_checking"]:
+        options += ["-o", f"StrictHostKeyChecking={data['ssh_strict_host_key_checking']}"]
+    if data["ssh_port"]:
+        options += ["-p", str(int(data["ssh_port"]))]
+    if data["ssh_user"]:
+        options += ["-l", data["ssh_user"]]
+    if data["ssh_key"]:
         # As pyinfra's connector: the key named, no agent, no other keys.
-        options += ["-i", os.path.expanduser(get("ssh_key")), "-o", "IdentitiesOnly=yes",
+        options += ["-i", os.path.expanduser(data["ssh_key"]), "-o", "IdentitiesOnly=yes",
                     "-o", "IdentityAgent=none"]  # fmt: skip
-    elif not get("ssh_allow_agent"):
+    elif not data["ssh_allow_agent"]:
         options += ["-o", "IdentityAgent=none"]
-    if get("ssh_forward_agent"):
+    if data["ssh_forward_agent"]:
         options.append("-A")
-    destination = ["--", get("ssh_hostname") or name]
+    destination = ["--", data["ssh_hostname"] or name]
     # One master per address and way of connecting: a host reached with other options
     # (another key, user or port) gets a master of its own.
     digest = hashlib.sha256("\0".join(options + destination).encode()).hexdigest()[:24]
@@ -263,7 +258,7 @@ def client_argv(
         "-T",
         "-o", "ControlMaster=auto",
         "-o", f"ControlPath={control_path}",
-        "-o", f"ControlPersist={int(get('ssh_control_persist'))}",
+        "-o", f"ControlPersist={int(data['ssh_control_persist'])}",
         "-o", f"ConnectTimeout={int(connect_timeout)}",
         *options,
         *destination,
