@@ -314,7 +314,54 @@ def test_a_directory_on_the_system_disk_is_fine_for_one_drive_alone(cache):
     hosts = [("solo", {"ssh_hostname": "10.10.0.5"})]
     state = {"solo": {**state_parse([]), "dirs": {"/var/lib/minio/data": "root"}}}
     p = _plan(hosts, cache, _facts(hosts, state=state))
-    assert p.op("solo", RESTART).commands == ["systemctl restart --no-block minio"]
+    assert p.op("solo", RESTART).commands == [minio.restart_command(300)]
+
+
+def _fake_systemctl(tmp_path: Path, changes_after: int | None) -> dict[str, str]:
+    """A ``systemctl`` on PATH that logs its arguments; ``show`` prints the old
+    InvocationID until it has been asked ``changes_after`` times after the restart."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    script = bin_dir / "systemctl"
+    after = "" if changes_after is None else str(changes_after)
+    script.write_text(f"""#!/bin/sh
+echo "$*" >> {log}
+case "$1" in
+restart) touch {tmp_path}/restarted ;;
+show)
+    if [ -e {tmp_path}/restarted ] && [ -n "{after}" ]; then
+        n=$(grep -c '^show' {log})
+        [ "$n" -gt $(( {after} + 1 )) ] && {{ echo new-id; exit 0; }}
+    fi
+    echo old-id ;;
+esac
+""")
+    script.chmod(0o755)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "LC_ALL": "C"}
+
+
+def test_the_restart_returns_once_the_old_server_has_stopped(tmp_path):
+    """A restart without --no-block would wait for the peers; one that returns at once
+    lets the health check reach the old server, still stopping (CI saw it)."""
+    import subprocess
+
+    env = _fake_systemctl(tmp_path, changes_after=3)
+    done = subprocess.run(["sh", "-c", minio.restart_command(30)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[1] == "restart --no-block minio", calls
+    assert calls.count("show -p InvocationID --value minio") == 5, calls
+
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    env = _fake_systemctl(stuck, changes_after=None)
+    done = subprocess.run(["sh", "-c", minio.restart_command(1)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("minio.service did not stop and start again within 1 s "
+                                   "(systemctl status minio)")
 
 
 # ---------------------------------------------------------------------------
@@ -527,7 +574,7 @@ def test_a_version_bump_replaces_every_binary_then_restarts_all_servers_together
             "rm -f /usr/local/bin/minio",
             "ln -s /usr/local/bin/minio.RELEASE.2.0.0 /usr/local/bin/minio"]
         restart = p.op(name, RESTART)
-        assert restart.commands == ["systemctl restart --no-block minio"]
+        assert restart.commands == [minio.restart_command(300)]
         assert not restart.conditional, "an upgrade restarts every server, unconditionally"
         assert not restart.serial, "all servers at once, not one host after another"
         indexes.add(restart.index)

@@ -421,6 +421,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "minio_state_command": state_command_text(
             str(v["minio_binary"]), str(v["minio_mc_binary"]), directories,
             [b["name"] for b in buckets] if host_name == first else None),
+        "minio_restart_command": restart_command(timeout),
         "minio_live_wait_command": wait_command(f"{base_url}/minio/health/live", cacert,
                                                 timeout),
         "minio_cluster_wait_command": wait_command(f"{base_url}/minio/health/cluster",
@@ -435,6 +436,18 @@ def mount_options(v: Mapping[str, Any]) -> str:
     if "nofail" not in options:
         options.append("nofail")
     return ",".join(options)
+
+
+def restart_command(timeout: int) -> str:
+    """Restart minio.service without waiting for its peers (``--no-block``: a distributed
+    server reports ready only once they answer), but wait (bounded) until the running
+    server has stopped and the new one is starting: systemd gives each start a new
+    InvocationID. Until then the old server may still answer the health checks."""
+    show = "systemctl show -p InvocationID --value minio"
+    return (f"old=$({show}) && systemctl restart --no-block minio && timeout {int(timeout)} "
+            f"sh -c 'while [ \"$({show})\" = \"$0\" ]; do sleep 0.2; done' \"$old\" || "
+            f"{{ echo 'minio.service did not stop and start again within {int(timeout)} s "
+            "(systemctl status minio)' >&2; exit 1; }")
 
 
 def wait_command(url: str, cacert: str, timeout: int) -> str:
@@ -920,12 +933,12 @@ def deploy() -> None:
         server.shell(name="MinIO enabled (starts at boot)", commands=["systemctl enable minio"])
     # One operation on every MinIO host: pyinfra runs it on all hosts at once, after every
     # host has its new binary (MinIO restarts all servers together; never one by one).
-    # --no-block: a distributed server reports ready only once its peers answer.
+    # It returns once the old server has stopped, without waiting for the peers.
     restart_name = "Restart MinIO on every server together"
     if upgrade:
-        restart = server.shell(name=restart_name, commands=["systemctl restart --no-block minio"])
+        restart = server.shell(name=restart_name, commands=[v["minio_restart_command"]])
     else:
-        restart = server.shell(name=restart_name, commands=["systemctl restart --no-block minio"],
+        restart = server.shell(name=restart_name, commands=[v["minio_restart_command"]],
                                _if=lambda: any(op.did_change() for op in changes))
     started = None
     if state.get("active") != "active" and not upgrade:
