@@ -13,6 +13,7 @@ import io
 import json
 import os
 import stat
+import struct
 import sys
 from pathlib import Path
 
@@ -238,104 +239,88 @@ def test_installed_for_the_hosts_pyinfra_would_reach_with_ssh(monkeypatch):
 # ---------------------------------------------------------------------------
 
 
-FAKE_MASTER = r'''
-# Stand-in OpenSSH master (tests/unit/test_ssh_mux.py): argv: socket path, answer, log.
-import json, os, socket, struct, subprocess, sys
-path, answer, log = sys.argv[1:4]
-
-
-def exactly(conn, size):
-    data = b""
-    while len(data) < size:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
-
-
-def receive(conn):
-    (size,) = struct.unpack(">I", exactly(conn, 4))
-    return exactly(conn, size)
-
-
-def send(conn, *words, text=None):
-    body = struct.pack(f">{len(words)}I", *words)
-    if text is not None:
-        body += struct.pack(">I", len(text)) + text
-    conn.sendall(struct.pack(">I", len(body)) + body)
-
-
-server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-server.bind(path + ".tmp")
-server.listen(8)
-os.rename(path + ".tmp", path)
-while True:
-    conn, _ = server.accept()
-    with conn:
-        try:
-            assert struct.unpack(">II", receive(conn)) == (0x1, 4)  # hello, version 4
-            send(conn, 0x1, 4)
-            request = receive(conn)
-            kind, rid, reserved = struct.unpack_from(">III", request)
-            assert kind == 0x10000002 and reserved == 0  # a new session
-            flags = struct.unpack_from(">5I", request, 12)
-            assert flags == (0, 0, 0, 0, 0xFFFFFFFF), flags  # no tty, no escape char
-            (term,) = struct.unpack_from(">I", request, 32)
-            (size,) = struct.unpack_from(">I", request, 36 + term)
-            command = request[40 + term:40 + term + size].decode()
-            fds = []
-            for _ in range(3):  # stdin, stdout, stderr
-                fds += socket.recv_fds(conn, 1, 1)[1]
-            with open(log, "a") as out:
-                out.write(json.dumps(command) + "\n")
-            if answer == "refuse":
-                send(conn, 0x80000003, rid, text=b"session open refused")
-                continue
-            send(conn, 0x80000006, rid, 7)  # opened: session 7
-            done = subprocess.run(["sh", "-c", command], stdin=fds[0], stdout=fds[1],
-                                  stderr=fds[2])
-            for fd in fds:
-                os.close(fd)
-            if answer == "exit":
-                send(conn, 0x80000004, 7, done.returncode)
-        except (EOFError, OSError):
-            continue
-'''
-
-
 class FakeMaster:
-    """A stand-in OpenSSH master (its own process) listening on a control socket: it
-    speaks the multiplexing protocol as OpenSSH's PROTOCOL.mux describes it (hello, a
-    new session with three descriptors passed, the session opened, its exit status)
-    and runs each session's command in a local shell on the descriptors it was
-    handed. ``answer``: ``"exit"`` (normal), ``"refuse"`` (MUX_S_FAILURE),
-    ``"vanish"`` (closes the connection once the command ran, without an exit
-    status)."""
+    """A stand-in OpenSSH master listening on a control socket: it speaks the
+    multiplexing protocol as OpenSSH's PROTOCOL.mux describes it (hello, a new session
+    with three descriptors passed, the session opened, its exit status), and runs each
+    session's command in a local shell on the descriptors it was handed. ``answer``:
+    ``"exit"`` (normal), ``"refuse"`` (MUX_S_FAILURE), ``"vanish"`` (closes the
+    connection once the command ran, without an exit message)."""
 
-    def __init__(self, path: str, answer: str, work: Path) -> None:
+    def __init__(self, path: str, answer: str = "exit") -> None:
+        import socket
+        import threading
+
+        self.answer, self.commands = answer, []
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(path)
+        self.server.listen(8)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _exactly(conn, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = conn.recv(size - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+
+    def _receive(self, conn) -> bytes:
+        (size,) = struct.unpack(">I", self._exactly(conn, 4))
+        return self._exactly(conn, size)
+
+    @staticmethod
+    def _send(conn, *words: int, text: bytes | None = None) -> None:
+        body = struct.pack(f">{len(words)}I", *words)
+        if text is not None:
+            body += struct.pack(">I", len(text)) + text
+        conn.sendall(struct.pack(">I", len(body)) + body)
+
+    def serve(self) -> None:
+        import socket
         import subprocess
-        import time
 
-        script = work / "fake_master.py"
-        script.write_text(FAKE_MASTER)
-        self.log = work / "master.log"
-        self.process = subprocess.Popen([sys.executable, str(script), path, answer,
-                                         str(self.log)])  # fmt: skip
-        for _ in range(500):
-            if os.path.exists(path):
-                break
-            time.sleep(0.01)
-
-    @property
-    def commands(self) -> list[str]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    hello = self._receive(conn)
+                    assert struct.unpack(">II", hello) == (0x1, 4)
+                    self._send(conn, 0x1, 4)
+                    request = self._receive(conn)
+                    kind, rid, reserved = struct.unpack_from(">III", request)
+                    assert kind == 0x10000002 and reserved == 0
+                    flags = struct.unpack_from(">5I", request, 12)
+                    assert flags == (0, 0, 0, 0, 0xFFFFFFFF), flags  # no tty, no escape
+                    (term,) = struct.unpack_from(">I", request, 32)
+                    (size,) = struct.unpack_from(">I", request, 36 + term)
+                    command = request[40 + term:40 + term + size].decode()
+                    fds = []
+                    for _ in range(3):
+                        _, got, _, _ = socket.recv_fds(conn, 1, 1)
+                        fds += got
+                    self.commands.append(command)
+                    if self.answer == "refuse":
+                        self._send(conn, 0x80000003, rid, text=b"session open refused")
+                        continue
+                    self._send(conn, 0x80000006, rid, 7)
+                    done = subprocess.run(["sh", "-c", command], stdin=fds[0],
+                                          stdout=fds[1], stderr=fds[2])  # fmt: skip
+                    for fd in fds:
+                        os.close(fd)
+                    if self.answer == "exit":
+                        self._send(conn, 0x80000004, 7, done.returncode)
+                except (EOFError, OSError):
+                    continue
 
     def close(self) -> None:
-        self.process.kill()
-        self.process.wait()
+        self.server.close()
 
 
 @pytest.fixture
@@ -347,7 +332,7 @@ def master(fake_ssh):
 
     def start(answer: str = "exit") -> FakeMaster:
         Path(conn.control_path).unlink(missing_ok=True)
-        masters.append(FakeMaster(conn.control_path, answer, fake_ssh.parent))
+        masters.append(FakeMaster(conn.control_path, answer))
         return masters[-1]
 
     yield start
