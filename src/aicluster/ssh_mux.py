@@ -16,15 +16,12 @@ address, port, user and connection options. Nothing is sent that pyinfra's conne
 would not send: the OpenSSH client is started without ``LANG``/``LC_*`` in its
 environment, so the nodes' commands run in their own locale, as they do over paramiko.
 
-Where a master listens, each command is handed to it directly over its control
-socket, in OpenSSH's multiplexing protocol (:class:`_MuxSession`: the three pipes'
-ends passed as descriptors, the exit status read back), so a run starts no client
-process at all. Otherwise the OpenSSH client runs the command (and makes the
-master), started with ``posix_spawn`` (a fork of this large Python process would cost
-more than the client itself) and waited for through gevent, so hosts still run side by
-side. Connecting costs nothing where a master's socket is there; a master whose node
-went away (its first command fails in the multiplexer) is closed and that command run
-again over a new connection.
+A run costs this machine one OpenSSH client per command, started with
+``posix_spawn`` (a fork of this large Python process would cost more than the client
+itself) and waited for through gevent, so hosts still run side by side. Connecting
+costs nothing where a master's socket is there; a master whose node went away
+(its first command fails in the multiplexer) is closed and that command run again
+over a new connection.
 
 A host falls back to pyinfra's connector, unchanged, when its data asks for something
 only paramiko does: ``ssh_password``, ``ssh_key_password``,
@@ -42,7 +39,6 @@ import os
 import shlex
 import signal
 import stat
-import struct
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -211,149 +207,6 @@ class _Client:
         return self.wait(), out, err
 
 
-# The OpenSSH multiplexing protocol (OpenSSH's PROTOCOL.mux): what the client asks of
-# a master, spoken here directly so that a command on a host with a master costs no
-# client process at all.
-_MUX_VERSION = 4
-_MUX_MSG_HELLO = 0x00000001
-_MUX_C_NEW_SESSION = 0x10000002
-_MUX_S_PERMISSION_DENIED = 0x80000002
-_MUX_S_FAILURE = 0x80000003
-_MUX_S_EXIT_MESSAGE = 0x80000004
-_MUX_S_SESSION_OPENED = 0x80000006
-_MUX_S_TTY_ALLOC_FAIL = 0x80000008
-#: The most a master's message may hold (its replies are a few dozen bytes).
-_MUX_MAX_MESSAGE = 256 * 1024
-
-
-class MuxUnavailable(Exception):
-    """The master could not open a session (no master listening, another protocol,
-    refused): nothing ran on the host. The OpenSSH client is used instead."""
-
-
-def _mux_string(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
-
-
-class _MuxSession:
-    """One command run by a host's master directly (passenger mode): this process
-    hands the master the ends of three pipes over the control socket and reads the
-    command's output from the others, as an OpenSSH client would, without starting
-    one. The same interface as :class:`_Client`."""
-
-    def __init__(self, control_path: str, command: str) -> None:
-        from gevent import Timeout, socket
-
-        theirs: list[int] = []
-        ours: list[int] = []
-        for _ in range(3):  # stdin (the master reads it), stdout, stderr
-            r, w = os.pipe()
-            theirs.append(r if not theirs else w)
-            ours.append(w if not ours else r)
-        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            with Timeout(30, MuxUnavailable("the master did not answer within 30 s")):
-                self._socket.connect(control_path)
-                self._send(struct.pack(">II", _MUX_MSG_HELLO, _MUX_VERSION))
-                kind, body = self._receive()
-                if kind != _MUX_MSG_HELLO or struct.unpack_from(">I", body)[0] != _MUX_VERSION:
-                    raise MuxUnavailable("the master speaks another multiplexing protocol")
-                self._send(
-                    struct.pack(">II", _MUX_C_NEW_SESSION, 1) + _mux_string(b"")
-                    # no tty, X11, agent or subsystem; no escape character; no TERM
-                    + struct.pack(">IIIII", 0, 0, 0, 0, 0xFFFFFFFF) + _mux_string(b"")
-                    + _mux_string(command.encode())
-                )  # fmt: skip
-                for fd in theirs:  # stdin, stdout, stderr, one message each
-                    socket.send_fds(self._socket, [b"\0"], [fd])
-                kind, body = self._receive()
-                if kind != _MUX_S_SESSION_OPENED:
-                    raise MuxUnavailable(self._reason(kind, body))
-        except (OSError, struct.error, MuxUnavailable) as exc:
-            self._socket.close()
-            for fd in theirs + ours:
-                os.close(fd)
-            raise exc if isinstance(exc, MuxUnavailable) else MuxUnavailable(str(exc)) from exc
-        for fd in theirs:  # the master holds them now
-            os.close(fd)
-        self._session = struct.unpack_from(">I", body, 4)[0]
-        self._code: int | None = None
-        from gevent.fileobject import FileObjectPosix
-
-        self.stdin = FileObjectPosix(ours[0], "wb")
-        self.stdout = FileObjectPosix(ours[1], "rb")
-        self.stderr = FileObjectPosix(ours[2], "rb")
-
-    def _send(self, body: bytes) -> None:
-        self._socket.sendall(_mux_string(body))
-
-    def _exactly(self, size: int) -> bytes:
-        data = b""
-        while len(data) < size:
-            chunk = self._socket.recv(size - len(data))
-            if not chunk:
-                raise ConnectionResetError("the master closed the control connection")
-            data += chunk
-        return data
-
-    def _receive(self) -> tuple[int, bytes]:
-        (size,) = struct.unpack(">I", self._exactly(4))
-        if not 4 <= size <= _MUX_MAX_MESSAGE:
-            raise MuxUnavailable(f"a multiplexing message of {size} bytes")
-        body = self._exactly(size)
-        return struct.unpack_from(">I", body)[0], body[4:]
-
-    @staticmethod
-    def _reason(kind: int, body: bytes) -> str:
-        if kind in (_MUX_S_PERMISSION_DENIED, _MUX_S_FAILURE) and len(body) >= 8:
-            (size,) = struct.unpack_from(">I", body, 4)
-            return body[8:8 + size].decode(errors="replace")
-        return f"unexpected multiplexing message {kind:#x}"
-
-    def _exit_code(self) -> int:
-        """The command's exit status from the master; 255 (the client's own error
-        status) when the master closes the connection without one, as ssh exits."""
-        try:
-            while True:
-                kind, body = self._receive()
-                if kind == _MUX_S_EXIT_MESSAGE and len(body) >= 8:
-                    session, code = struct.unpack_from(">II", body)
-                    if session == self._session:
-                        return code
-                elif kind != _MUX_S_TTY_ALLOC_FAIL:
-                    return SSH_ERROR
-        except (OSError, struct.error, MuxUnavailable):
-            return SSH_ERROR
-
-    def wait(self, timeout: float | None = None) -> int:
-        """The command's exit status; on ``timeout`` the session is closed (as a
-        killed client's is) and TimeoutError raised."""
-        from gevent import Timeout
-
-        if self._code is None:
-            try:
-                with Timeout(timeout, TimeoutError):
-                    self._code = self._exit_code()
-            except TimeoutError:
-                self.kill()
-                raise
-        self._close()
-        return self._code
-
-    def kill(self) -> None:
-        """Close the control connection: the master then ends the session."""
-        if self._code is None:
-            self._code = SSH_ERROR
-        self._close()
-
-    def _close(self) -> None:
-        self._socket.close()
-        for pipe in (self.stdin, self.stdout, self.stderr):
-            pipe.close()
-
-    communicate = _Client.communicate
-
-
 def needs_paramiko(data: Mapping[str, Any]) -> bool:
     """Whether a host with this connector data needs pyinfra's own connection."""
     return bool(
@@ -448,28 +301,10 @@ class MuxSSHConnector(SSHConnector):
         argv[1:1] = ["-O", operation]
         return _Client(argv).communicate()[0]
 
-    def _start(self, command: str, get_pty: bool = False) -> _Client | _MuxSession:
-        """Start ``command`` on the host (its login shell runs it, as over paramiko):
-        through the master directly where one listens, else with the OpenSSH client
-        (which makes the master, or replaces a stale one)."""
-        if not get_pty and os.path.exists(self.control_path):
-            try:
-                session = _MuxSession(self.control_path, command)
-            except MuxUnavailable as exc:
-                logger.debug("%s: no session from the SSH master (%s); starting the "
-                             "OpenSSH client", self.host.name, exc)  # fmt: skip
-            else:
-                self._unproven = False  # the master opened a session: it works
-                return session
-        argv = self.ssh_argv()
-        if get_pty:
-            argv[1] = "-tt"
-        return _Client(argv + [command])
-
     def _run(self, command: str, stdin: bytes = b"",
              timeout: float | None = None) -> tuple[int, bytes, bytes]:  # fmt: skip
-        """Run ``command`` on the host; (exit status, stdout, stderr)."""
-        return self._start(command).communicate(stdin, timeout)
+        """Run ``command`` on the host (its login shell runs it, as over paramiko)."""
+        return _Client(self.ssh_argv() + [command]).communicate(stdin, timeout)
 
     def _new_master(self) -> None:
         """Make this host's master (the first session makes it); errors name the host."""
@@ -529,7 +364,10 @@ class MuxSSHConnector(SSHConnector):
                          unix_command)  # fmt: skip
             if print_input:
                 echo(f"{self.host.print_prefix}>>> {unix_command}", err=True)
-            client = self._start(unix_command.get_raw_value(), get_pty)
+            argv = self.ssh_argv()
+            if get_pty:
+                argv[1] = "-tt"
+            client = _Client(argv + [unix_command.get_raw_value()])
             if stdin:
                 write_stdin(stdin, client.stdin)
             client.stdin.close()

@@ -13,7 +13,6 @@ import io
 import json
 import os
 import stat
-import struct
 import sys
 from pathlib import Path
 
@@ -47,8 +46,7 @@ if os.path.exists(state + ".stale") and master:
 if os.path.exists(state + ".refuse"):
     sys.stderr.write("ssh: connect to host 10.0.0.9 port 22: Connection refused\n")
     sys.exit(255)
-if not master:
-    open(control, "w").close()  # the master, made by the first session
+open(control, "w").close()  # the master, made by the first session
 command = argv[argv.index("--") + 2]
 sys.exit(subprocess.run(["sh", "-c", command]).returncode)
 '''
@@ -232,149 +230,3 @@ def test_installed_for_the_hosts_pyinfra_would_reach_with_ssh(monkeypatch):
     made = Inventory((["node1", "@local"], {}))
     assert made.get_host("node1").connector_cls is MuxSSHConnector
     assert made.get_host("@local").connector_cls.__name__ == "LocalConnector"
-
-
-# ---------------------------------------------------------------------------
-# Commands through a master directly (OpenSSH's multiplexing protocol)
-# ---------------------------------------------------------------------------
-
-
-class FakeMaster:
-    """A stand-in OpenSSH master listening on a control socket: it speaks the
-    multiplexing protocol as OpenSSH's PROTOCOL.mux describes it (hello, a new session
-    with three descriptors passed, the session opened, its exit status), and runs each
-    session's command in a local shell on the descriptors it was handed. ``answer``:
-    ``"exit"`` (normal), ``"refuse"`` (MUX_S_FAILURE), ``"vanish"`` (closes the
-    connection once the command ran, without an exit message)."""
-
-    def __init__(self, path: str, answer: str = "exit") -> None:
-        import socket
-        import threading
-
-        self.answer, self.commands = answer, []
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(path)
-        self.server.listen(8)
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    @staticmethod
-    def _exactly(conn, size: int) -> bytes:
-        data = b""
-        while len(data) < size:
-            chunk = conn.recv(size - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
-
-    def _receive(self, conn) -> bytes:
-        (size,) = struct.unpack(">I", self._exactly(conn, 4))
-        return self._exactly(conn, size)
-
-    @staticmethod
-    def _send(conn, *words: int, text: bytes | None = None) -> None:
-        body = struct.pack(f">{len(words)}I", *words)
-        if text is not None:
-            body += struct.pack(">I", len(text)) + text
-        conn.sendall(struct.pack(">I", len(body)) + body)
-
-    def serve(self) -> None:
-        import socket
-        import subprocess
-
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            with conn:
-                try:
-                    hello = self._receive(conn)
-                    assert struct.unpack(">II", hello) == (0x1, 4)
-                    self._send(conn, 0x1, 4)
-                    request = self._receive(conn)
-                    kind, rid, reserved = struct.unpack_from(">III", request)
-                    assert kind == 0x10000002 and reserved == 0
-                    flags = struct.unpack_from(">5I", request, 12)
-                    assert flags == (0, 0, 0, 0, 0xFFFFFFFF), flags  # no tty, no escape
-                    (term,) = struct.unpack_from(">I", request, 32)
-                    (size,) = struct.unpack_from(">I", request, 36 + term)
-                    command = request[40 + term:40 + term + size].decode()
-                    fds = []
-                    for _ in range(3):
-                        _, got, _, _ = socket.recv_fds(conn, 1, 1)
-                        fds += got
-                    self.commands.append(command)
-                    if self.answer == "refuse":
-                        self._send(conn, 0x80000003, rid, text=b"session open refused")
-                        continue
-                    self._send(conn, 0x80000006, rid, 7)
-                    done = subprocess.run(["sh", "-c", command], stdin=fds[0],
-                                          stdout=fds[1], stderr=fds[2])  # fmt: skip
-                    for fd in fds:
-                        os.close(fd)
-                    if self.answer == "exit":
-                        self._send(conn, 0x80000004, 7, done.returncode)
-                except (EOFError, OSError):
-                    continue
-
-    def close(self) -> None:
-        self.server.close()
-
-
-@pytest.fixture
-def master(fake_ssh):
-    """A FakeMaster on the control socket of connector()'s host."""
-    conn = connector()
-    conn.ssh_argv()
-    masters = []
-
-    def start(answer: str = "exit") -> FakeMaster:
-        Path(conn.control_path).unlink(missing_ok=True)
-        masters.append(FakeMaster(conn.control_path, answer))
-        return masters[-1]
-
-    yield start
-    for m in masters:
-        m.close()
-
-
-def test_commands_go_through_a_listening_master_without_a_client(fake_ssh, master, tmp_path):
-    fake = master()
-    conn = connector()
-    conn.connect()  # the socket is there: nothing started
-    ok, out = conn.run_shell_command(StringCommand("echo out; echo err >&2; cat"),
-                                     _stdin="fed in")  # fmt: skip
-    assert ok and out.stdout_lines == ["out", "fed in"] and out.stderr_lines == ["err"]
-    ok, _ = conn.run_shell_command(StringCommand("exit 3"))
-    assert not ok
-    assert conn.run_shell_command(StringCommand("exit 3"), _success_exit_codes=[3])[0]
-    payload = bytes(range(256)) * 64
-    remote = tmp_path / "up"
-    assert conn.put_file(io.BytesIO(payload), str(remote))
-    back = io.BytesIO()
-    assert conn.get_file(str(remote), back) and back.getvalue() == payload
-    assert len(fake.commands) == 5
-    assert ops(fake_ssh) == []  # no OpenSSH client was started
-    with pytest.raises(TimeoutError):
-        conn.run_shell_command(StringCommand("sleep 30"), _timeout=0.5)
-
-
-def test_a_master_that_refuses_the_session_leaves_the_command_to_the_client(fake_ssh, master):
-    fake = master("refuse")
-    conn = connector()
-    conn.connect()
-    ok, out = conn.run_shell_command(StringCommand("echo five"))
-    assert ok and out.stdout_lines == ["five"]
-    assert fake.commands == ["sh -c 'echo five'"]
-    assert ops(fake_ssh) == ["run"]  # the client ran it
-
-
-def test_a_master_gone_without_an_exit_status_is_the_clients_error_status(fake_ssh, master):
-    master("vanish")
-    conn = connector()
-    conn.connect()
-    ok, out = conn.run_shell_command(StringCommand("echo six"))
-    assert not ok and out.stdout_lines == ["six"]
-    assert ops(fake_ssh) == []
