@@ -195,6 +195,41 @@ def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatc
     assert "/proc/sys/kernel/ostype" in script and "ls -pdL" not in script
 
 
+def test_a_read_plan_is_worked_out_once_unless_its_command_reads_the_host(
+        tmp_path, monkeypatch):
+    """Hosts share how a read is prefetched (its command text), except a fact whose
+    command reads another fact of the host (pyinfra's Mounts reads the kernel): that
+    one is worked out for each host."""
+    from pyinfra.context import ctx_host, ctx_state
+    from pyinfra.facts.server import Mounts
+
+    from aicluster.facts import memo
+
+    monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
+    memo.memoize_facts()
+    state, host = _local_state()
+    with ctx_state.use(state), ctx_host.use(host):
+        host.get_fact(File, path="/etc/hostname")
+        first = host.get_fact(Mounts)
+        memo.save_reads(host)
+
+    state, host, commands = _counting_local_state(monkeypatch)
+    made = []
+    real_plan = memo._read_plan
+    monkeypatch.setattr(memo, "_read_plan", lambda entry: made.append(entry[0])
+                        or real_plan(entry))
+    with ctx_state.use(state), ctx_host.use(host):
+        assert memo.prefetch_facts(host) == 3  # File, Mounts and the kernel it read
+        assert memo.prefetch_facts(host) == 3  # as a second host asked the same would
+        assert host.get_fact(Mounts) == first
+    assert made.count("pyinfra.facts.files:File") == 1
+    assert made.count("pyinfra.facts.server:Kernel") == 1
+    assert made.count("pyinfra.facts.server:Mounts") == 2
+    plans = state.__dict__["aicluster_prefetch_plans"]
+    assert sorted(eval(text)[0] for text in plans) == [  # noqa: S307
+        "pyinfra.facts.files:File", "pyinfra.facts.server:Kernel"]
+
+
 def _counting_local_state(monkeypatch):
     """A local host whose shell commands are listed as they run."""
     state, host = _local_state()

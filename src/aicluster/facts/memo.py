@@ -245,6 +245,9 @@ def save_stats(state, host_name: str) -> None:
         indent=1, sort_keys=True))
 
 
+#: How many facts have been asked for in this process (a read plan made while none was
+#: asked depends on no host's facts: :func:`_read_plan`).
+_ASKED = [0]
 _READING: set[Any] = set()  # greenlets reading a fact (their commands change nothing)
 # Python callbacks running now (pyinfra runs each in a greenlet of its own, and one
 # may read or change any host): while any runs, nothing is answered from memory.
@@ -262,6 +265,7 @@ def memoize_facts() -> None:
         return
 
     def get_fact(state, host, cls, args=None, kwargs=None, **rest):
+        _ASKED[0] += 1
         me = _current()
         key = None
         connector = None
@@ -646,9 +650,12 @@ def _group_of(cls, fact_kwargs: dict) -> tuple[str | None, str | None]:
 
 def _await_prefetch(state, host) -> bool:
     """Wait while *host*'s one-command read is under way (another host's deploy may ask
-    for this host's facts, e.g. Slurm's cgroup check of every node). True if it waited."""
+    for this host's facts, e.g. Slurm's cgroup check of every node). True if it waited.
+    The read itself, making the command of a fact that reads another (pyinfra's
+    ``Mounts`` reads the kernel), does not wait for itself."""
     pending = state.__dict__.get("aicluster_prefetching", {}).get(host.name)
-    if pending is None or pending.is_set():
+    if pending is None or pending.is_set() or state.__dict__.get(
+            "aicluster_prefetchers", {}).get(host.name) is _current():
         return False
     pending.wait()
     return True
@@ -661,6 +668,7 @@ def prefetch_facts(host) -> int:
     import gevent.event
 
     pending = gevent.event.Event()
+    host.state.__dict__.setdefault("aicluster_prefetchers", {})[host.name] = _current()
     host.state.__dict__.setdefault("aicluster_prefetching", {})[host.name] = pending
     try:
         return _prefetch(host)
@@ -670,7 +678,7 @@ def prefetch_facts(host) -> int:
 
 def _prefetch(host) -> int:
     from pyinfra.api.command import StringCommand
-    from pyinfra.api.facts import _MISSING_COMMAND_MARKER, _make_command
+    from pyinfra.api.facts import _MISSING_COMMAND_MARKER
 
     state = host.state
     path = reads_file(host)
@@ -681,33 +689,30 @@ def _prefetch(host) -> int:
     wanted = []
     grouped: dict[str, dict[str, list[int]]] = {}
     parts = []
+    plans = state.__dict__.setdefault("aicluster_prefetch_plans", {})
     for index, entry in enumerate(entries):
+        # Hosts are mostly asked the same reads: each read's plan is worked out once.
+        text = repr(entry)
+        plan = plans.get(text)
+        if plan is None:
+            asked = _ASKED[0]
+            plan = _read_plan(entry)
+            if _ASKED[0] == asked:  # its command read no fact of this host: everyone's
+                plans[text] = plan
+        if plan is _NOT_PREFETCHED:
+            continue
+        cls, fact, kind, key, command, requires, shared = plan
         try:
-            name, args, kwargs = entry
-            cls = _fact_class(name)
-            fact = cls()
-            fact_kwargs = _fact_kwargs(fact, args, kwargs)
             if fact.check_preconditions(state, host):
                 continue
-            kind, key = _group_of(cls, fact_kwargs)
-            if key is not None:  # read with its kind in one command: not its own
-                if GROUPED[kind].process_needs_command:
-                    fact.command(**fact_kwargs)
-                grouped.setdefault(kind, {}).setdefault(key, []).append(index)
-                wanted.append((index, cls, fact, args, kwargs))
-                continue
-            command = _make_command(fact.command, dict(fact_kwargs))
-            requires = _make_command(fact.requires_command, dict(fact_kwargs))
-        except Exception:  # a fact renamed or gone since: read it the normal way
+        except Exception:  # read it the normal way
             continue
-        if isinstance(command, StringCommand):
-            command = command.get_raw_value()
-        if not isinstance(command, str) or (requires is not None and not isinstance(
-                requires, str)):
-            continue
-        command = CHEAPER_COMMANDS.get(command, command)
+        _name, args, kwargs = entry
         wanted.append((index, cls, fact, args, kwargs))
-        parts.append((index, command, requires, shares_shell(cls, command)))
+        if kind is not None:  # read with its kind in one command: not its own
+            grouped.setdefault(kind, {}).setdefault(key, []).append(index)
+        else:
+            parts.append((index, command, requires, shared))
     if not wanted:
         return 0
     group_index = {}
@@ -747,6 +752,44 @@ def _prefetch(host) -> int:
             memo.setdefault(key, value)
             done += 1
     return done
+
+
+#: The plan of a read that is not prefetched (read the normal way when asked).
+_NOT_PREFETCHED = object()
+
+
+def _read_plan(entry) -> tuple | object:
+    """How a remembered read is prefetched: ``(cls, fact, kind, key, command, requires,
+    shares_shell)``, with *fact* the instance whose ``command`` made the text (its
+    ``process`` may need what ``command`` kept, e.g. ``Sha1File``'s path), *kind* and
+    *key* those of a grouped read (then no command of its own); or
+    :data:`_NOT_PREFETCHED` for a fact renamed or gone since, or one whose command is
+    not plain text. The same for every host asked the read, unless the fact's command
+    reads another fact of the host (e.g. pyinfra's ``Mounts`` reads its kernel)."""
+    from pyinfra.api.command import StringCommand
+    from pyinfra.api.facts import _make_command
+
+    try:
+        name, args, kwargs = entry
+        cls = _fact_class(name)
+        fact = cls()
+        fact_kwargs = _fact_kwargs(fact, args, kwargs)
+        kind, key = _group_of(cls, fact_kwargs)
+        if key is not None:
+            if GROUPED[kind].process_needs_command:
+                fact.command(**fact_kwargs)
+            return (cls, fact, kind, key, None, None, True)
+        command = _make_command(fact.command, dict(fact_kwargs))
+        requires = _make_command(fact.requires_command, dict(fact_kwargs))
+    except Exception:
+        return _NOT_PREFETCHED
+    if isinstance(command, StringCommand):
+        command = command.get_raw_value()
+    if not isinstance(command, str) or (requires is not None and not isinstance(
+            requires, str)):
+        return _NOT_PREFETCHED
+    command = CHEAPER_COMMANDS.get(command, command)
+    return (cls, fact, None, None, command, requires, shares_shell(cls, command))
 
 
 def _processed(state, cls, fact, lines: list[str]) -> Any:
