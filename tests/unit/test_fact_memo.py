@@ -343,7 +343,7 @@ def test_a_read_waits_for_that_hosts_prefetch_under_way(tmp_path, monkeypatch):
     memo.memoize_facts()
     state, host = _local_state()
     pending = gevent.event.Event()
-    state.__dict__["aicluster_prefetching"] = {host.name: pending}
+    state.__dict__["aicluster_prefetching"] = {host.name: (pending, None)}
     commands = []
     monkeypatch.setattr(host, "run_shell_command",
                         lambda *a, **k: commands.append(a) or (False, None))

@@ -653,9 +653,9 @@ def _await_prefetch(state, host) -> bool:
     for this host's facts, e.g. Slurm's cgroup check of every node). True if it waited.
     The read itself, making the command of a fact that reads another (pyinfra's
     ``Mounts`` reads the kernel), does not wait for itself."""
-    pending = state.__dict__.get("aicluster_prefetching", {}).get(host.name)
-    if pending is None or pending.is_set() or state.__dict__.get(
-            "aicluster_prefetchers", {}).get(host.name) is _current():
+    pending, reader = state.__dict__.get("aicluster_prefetching", {}).get(host.name,
+                                                                          (None, None))
+    if pending is None or pending.is_set() or reader is _current():
         return False
     pending.wait()
     return True
@@ -668,8 +668,9 @@ def prefetch_facts(host) -> int:
     import gevent.event
 
     pending = gevent.event.Event()
-    host.state.__dict__.setdefault("aicluster_prefetchers", {})[host.name] = _current()
-    host.state.__dict__.setdefault("aicluster_prefetching", {})[host.name] = pending
+    # (the event, and the greenlet reading, which never waits for itself)
+    host.state.__dict__.setdefault("aicluster_prefetching", {})[host.name] = (
+        pending, _current())
     try:
         return _prefetch(host)
     finally:
