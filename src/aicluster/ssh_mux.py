@@ -34,11 +34,14 @@ reach with its ``ssh`` connector.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import os
 import shlex
 import signal
+import socket
 import stat
+import struct
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -132,7 +135,51 @@ def _spawn(argv: list[str], stdin: int, stdout: int, stderr: int):
     return pid, status
 
 
-class _Client:
+class _Process:
+    """What a command run on a host gives back: its ``stdin`` (to write), ``stdout`` and
+    ``stderr`` (to read, gevent file objects), ``wait()`` and ``kill()``."""
+
+    stdin: Any
+    stdout: Any
+    stderr: Any
+
+    def wait(self, timeout: float | None = None) -> int:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def communicate(
+        self, stdin: bytes = b"", timeout: float | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """Feed ``stdin``, read both outputs to their end, wait: (status, out, err)."""
+        import gevent
+
+        def feed() -> None:
+            try:
+                if stdin:
+                    self.stdin.write(stdin)
+            except BrokenPipeError:
+                pass
+            finally:
+                self.stdin.close()
+
+        feeder = gevent.spawn(feed)
+        errors = gevent.spawn(self.stderr.read)
+        with gevent.Timeout(timeout, TimeoutError):
+            try:
+                out = self.stdout.read()
+                err = errors.get()
+                feeder.join()
+            except TimeoutError:
+                errors.kill()
+                feeder.kill()
+                self.kill()
+                raise
+        return self.wait(), out, err
+
+
+class _Client(_Process):
     """One OpenSSH client process: started with ``posix_spawn``, its pipes read and
     its exit waited for cooperatively (gevent), so other hosts run meanwhile."""
 
@@ -177,34 +224,134 @@ class _Client:
         for pipe in (self.stdin, self.stdout, self.stderr):
             pipe.close()
 
-    def communicate(
-        self, stdin: bytes = b"", timeout: float | None = None
-    ) -> tuple[int, bytes, bytes]:
-        """Feed ``stdin``, read both outputs to their end, wait: (status, out, err)."""
-        import gevent
+# OpenSSH's multiplexing protocol (PROTOCOL.mux in OpenSSH's sources): messages are a
+# uint32 length, then a uint32 type and its fields (uint32s, and strings as a uint32
+# length and the bytes).
+_MUX_HELLO = 0x00000001
+_MUX_VERSION = 4
+_MUX_C_NEW_SESSION = 0x10000002
+_MUX_S_PERMISSION_DENIED = 0x80000002
+_MUX_S_FAILURE = 0x80000003
+_MUX_S_EXIT_MESSAGE = 0x80000004
+_MUX_S_SESSION_OPENED = 0x80000006
+_MUX_NO_ESCAPE_CHAR = 0xFFFFFFFF
 
-        def feed() -> None:
-            try:
-                if stdin:
-                    self.stdin.write(stdin)
-            except BrokenPipeError:
-                pass
-            finally:
-                self.stdin.close()
 
-        feeder = gevent.spawn(feed)
-        errors = gevent.spawn(self.stderr.read)
-        with gevent.Timeout(timeout, TimeoutError):
+class MasterUnavailable(Exception):
+    """The master did not open a session (not there, another protocol, refused):
+    nothing ran on the host."""
+
+
+def _mux_string(value: bytes) -> bytes:
+    return struct.pack(">I", len(value)) + value
+
+
+class _Session(_Process):
+    """One command run by asking this host's master for a session over its control
+    socket, as the OpenSSH client does with ``ControlMaster=auto`` when a master is
+    there: no client process is started. The master reads and writes the command's
+    stdin, stdout and stderr through pipes of ours, passed to it on the socket; it
+    says the command's exit status there, then closes it. No environment variable is
+    sent, as over pyinfra's own connection. Raises :class:`MasterUnavailable` when no
+    session was opened."""
+
+    def __init__(self, control_path: str, command: str, forward_agent: bool = False) -> None:
+        from gevent import socket as gsocket
+        from gevent.fileobject import FileObjectPosix
+
+        self._sock = gsocket.socket(gsocket.AF_UNIX, gsocket.SOCK_STREAM)
+        self._buffer = b""
+        fds: list[int] = []
+        try:
+            self._sock.connect(control_path)
+            self._send(struct.pack(">II", _MUX_HELLO, _MUX_VERSION))
+            kind, body = self._receive()
+            if kind != _MUX_HELLO or body[:4] != struct.pack(">I", _MUX_VERSION):
+                raise MasterUnavailable(f"the master speaks another protocol ({kind:#x})")
+            self._send(
+                struct.pack(">II", _MUX_C_NEW_SESSION, 1)
+                + _mux_string(b"")  # reserved
+                # no tty, no X11, the agent as the master was asked, no subsystem
+                + struct.pack(">IIIII", 0, 0, int(forward_agent), 0, _MUX_NO_ESCAPE_CHAR)
+                + _mux_string(b"")  # terminal type
+                + _mux_string(command.encode())
+            )
+            r_in, w_in = os.pipe()
+            r_out, w_out = os.pipe()
+            r_err, w_err = os.pipe()
+            fds = [r_in, w_in, r_out, w_out, r_err, w_err]
+            for fd in (r_in, w_out, w_err):  # the command's stdin, stdout, stderr
+                self._sock.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                              array.array("i", [fd]))])
+            kind, body = self._receive()
+            if kind != _MUX_S_SESSION_OPENED:
+                reason = body[8:].decode(errors="replace") if kind in (
+                    _MUX_S_FAILURE, _MUX_S_PERMISSION_DENIED) else f"reply {kind:#x}"
+                raise MasterUnavailable(f"the master opened no session: {reason}")
+        except (OSError, EOFError, struct.error) as exc:
+            self._close(fds)
+            raise MasterUnavailable(str(exc)) from None
+        except MasterUnavailable:
+            self._close(fds)
+            raise
+        for fd in (r_in, w_out, w_err):  # the master holds its own copies now
+            os.close(fd)
+        self.stdin = FileObjectPosix(w_in, "wb")
+        self.stdout = FileObjectPosix(r_out, "rb")
+        self.stderr = FileObjectPosix(r_err, "rb")
+        self._status: int | None = None
+
+    def _close(self, fds: list[int]) -> None:
+        self._sock.close()
+        for fd in fds:
+            os.close(fd)
+
+    def _send(self, message: bytes) -> None:
+        self._sock.sendall(struct.pack(">I", len(message)) + message)
+
+    def _receive(self) -> tuple[int, bytes]:
+        """The master's next message (its type, the rest); EOFError when it closed."""
+        while True:
+            if len(self._buffer) >= 4:
+                size = struct.unpack(">I", self._buffer[:4])[0]
+                if len(self._buffer) >= 4 + size:
+                    message = self._buffer[4:4 + size]
+                    self._buffer = self._buffer[4 + size:]
+                    return struct.unpack(">I", message[:4])[0], message[4:]
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                raise EOFError("the master closed the control socket")
+            self._buffer += chunk
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The command's exit status, once the master has closed the session (255, as
+        the OpenSSH client's, when it closed without one); on ``timeout`` the session
+        is closed and TimeoutError raised."""
+        from gevent import Timeout
+
+        if self._status is None:
+            status = SSH_ERROR
             try:
-                out = self.stdout.read()
-                err = errors.get()
-                feeder.join()
-            except TimeoutError:
-                errors.kill()
-                feeder.kill()
+                with Timeout(timeout):
+                    while True:
+                        try:
+                            kind, body = self._receive()
+                        except (OSError, EOFError):
+                            break
+                        if kind == _MUX_S_EXIT_MESSAGE and len(body) >= 8:
+                            status = struct.unpack(">II", body[:8])[1]
+            except Timeout:
                 self.kill()
-                raise
-        return self.wait(), out, err
+                raise TimeoutError() from None
+            self._status = status
+            self.kill()
+        return self._status
+
+    def kill(self) -> None:
+        """Close the control socket (the master ends the session) and the pipes."""
+        self._sock.close()
+        for pipe in (self.stdin, self.stdout, self.stderr):
+            pipe.close()
 
 
 def needs_paramiko(data: Mapping[str, Any]) -> bool:
@@ -301,15 +448,33 @@ class MuxSSHConnector(SSHConnector):
         argv[1:1] = ["-O", operation]
         return _Client(argv).communicate()[0]
 
+    def _start(self, command: str, get_pty: bool = False) -> _Process:
+        """Start ``command`` on the host (its login shell runs it, as over paramiko):
+        in a session the master opens when it is there and no tty is asked for, else
+        with the OpenSSH client (which makes the master, or finds it stale)."""
+        if not get_pty and os.path.exists(self.control_path):
+            try:
+                return _Session(self.control_path, command,
+                                forward_agent=bool(self.data["ssh_forward_agent"]))
+            except MasterUnavailable as exc:
+                logger.debug("%s: no session from the SSH master (%s); starting the "
+                             "OpenSSH client", self.host.name, exc)  # fmt: skip
+        argv = self.ssh_argv()
+        if get_pty:
+            argv[1] = "-tt"
+        return _Client(argv + [command])
+
     def _run(self, command: str, stdin: bytes = b"",
              timeout: float | None = None) -> tuple[int, bytes, bytes]:  # fmt: skip
-        """Run ``command`` on the host (its login shell runs it, as over paramiko)."""
-        return _Client(self.ssh_argv() + [command]).communicate(stdin, timeout)
+        """Run ``command`` on the host: (exit status, stdout, stderr)."""
+        return self._start(command).communicate(stdin, timeout)
 
     def _new_master(self) -> None:
         """Make this host's master (the first session makes it); errors name the host."""
         try:
-            code, _, err = self._run("true", timeout=self.state.config.CONNECT_TIMEOUT + 5)
+            # Always the OpenSSH client: the first session makes the master.
+            code, _, err = _Client(self.ssh_argv() + ["true"]).communicate(
+                timeout=self.state.config.CONNECT_TIMEOUT + 5)
         except OSError as exc:  # no OpenSSH client on this machine
             raise_connect_error(self.host, "Could not start the OpenSSH client", exc)
         except TimeoutError:
@@ -364,10 +529,7 @@ class MuxSSHConnector(SSHConnector):
                          unix_command)  # fmt: skip
             if print_input:
                 echo(f"{self.host.print_prefix}>>> {unix_command}", err=True)
-            argv = self.ssh_argv()
-            if get_pty:
-                argv[1] = "-tt"
-            client = _Client(argv + [unix_command.get_raw_value()])
+            client = self._start(unix_command.get_raw_value(), get_pty)
             if stdin:
                 write_stdin(stdin, client.stdin)
             client.stdin.close()

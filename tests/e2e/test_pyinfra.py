@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
+from pathlib import Path
+
 from tests.e2e.checks import (
     RAY_VERSION,
     add_nfs_disk,
@@ -16,11 +21,31 @@ from tests.e2e.checks import (
     ray_start_times,
     slurm_start_times,
 )
-from tests.e2e.conftest import BIN, TESTBED_INVENTORY, pyinfra_results, run
+from tests.e2e.conftest import BIN, TESTBED_INVENTORY, env, pyinfra_results, run
+
+# An ``ssh`` first on PATH that notes each OpenSSH client started, then runs the real one.
+LOGGING_SSH = """#!{python}
+import json, os, sys
+with open({log!r}, "a") as out:
+    out.write(json.dumps(sys.argv[1:]) + "\\n")
+os.execv({ssh!r}, [{ssh!r}] + sys.argv[1:])
+"""
 
 
-def _deploy():
-    return run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, "deploy.py"], timeout=1500)
+def _deploy(prefix=()):
+    return run([*prefix, BIN / "pyinfra", "-y", TESTBED_INVENTORY, "deploy.py"], timeout=1500)
+
+
+def _deploy_counting_ssh_clients(tmp: Path):
+    """A deploy, and the remote command of each OpenSSH client it started."""
+    bin_dir, log = tmp / "bin", tmp / "ssh.log"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(LOGGING_SSH.format(
+        python=sys.executable, log=str(log), ssh=shutil.which("ssh")))
+    (bin_dir / "ssh").chmod(0o755)
+    proc = _deploy(["env", f"PATH={bin_dir}:{env()['PATH']}"])
+    lines = log.read_text().splitlines() if log.exists() else []
+    return proc, [json.loads(line)[-1] for line in lines]
 
 
 def _output(proc):
@@ -28,7 +53,7 @@ def _output(proc):
     return proc.stdout + proc.stderr
 
 
-def test_deploy_then_redeploy_changes_nothing(testbed):
+def test_deploy_then_redeploy_changes_nothing(testbed, tmp_path):
     make_standin_gpus(testbed)
     add_nfs_disk(testbed)
     first_proc = _deploy()
@@ -42,9 +67,14 @@ def test_deploy_then_redeploy_changes_nothing(testbed):
     ray_started = ray_start_times(testbed)
     assert_slurm(testbed)
     slurm_started = slurm_start_times(testbed)
-    second = pyinfra_results(_output(_deploy()))
+    proc, clients = _deploy_counting_ssh_clients(tmp_path)
+    second = pyinfra_results(_output(proc))
     assert second["changed"] == 0 and second["errors"] == 0, second
     assert second["no_change"] > 0, second
+    # Every command went through a node's master (a session on its control socket):
+    # the only OpenSSH clients started made a master, where one had expired.
+    assert set(clients) <= {"true"} and len(clients) <= len(testbed.nodes), clients
+    print(f"second deploy: {len(clients)} OpenSSH client(s) started (each made a master)")
     # Nothing restarted: the Ray units became active when they did before.
     assert ray_start_times(testbed) == ray_started
     # ... nor did munge, slurmctld or slurmd.

@@ -4,7 +4,10 @@ between runs.
 No node here: a stand-in ``ssh`` client first on PATH (``fake_ssh``) logs its command
 line and environment, answers ``-O check``/``-O exit`` from a state file, and runs the
 remote command in a local shell, so commands, uploads and downloads go through the
-connector for real. The testbed's e2e deploys run through the real OpenSSH client.
+connector for real. A stand-in master (``fake_master``) listens on a control socket and
+speaks OpenSSH's multiplexing protocol, running each session's command in a local
+shell on the descriptors it is passed. The testbed's e2e deploys run through the real
+OpenSSH client and master (tests/e2e/test_pyinfra.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import io
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,7 +50,8 @@ if os.path.exists(state + ".stale") and master:
 if os.path.exists(state + ".refuse"):
     sys.stderr.write("ssh: connect to host 10.0.0.9 port 22: Connection refused\n")
     sys.exit(255)
-open(control, "w").close()  # the master, made by the first session
+if not master:
+    open(control, "w").close()  # the master, made by the first session
 command = argv[argv.index("--") + 2]
 sys.exit(subprocess.run(["sh", "-c", command]).returncode)
 '''
@@ -67,6 +72,100 @@ def fake_ssh(tmp_path, monkeypatch):
     monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")
     monkeypatch.setenv("PYTHONCOERCECLOCALE", "0")  # the stand-in's Python sets none
     return tmp_path / "ssh"
+
+
+FAKE_MASTER = r'''
+# Stand-in OpenSSH master (tests/unit/test_ssh_mux.py): on its control socket, the
+# multiplexing protocol's hello and new-session messages; each session's command runs
+# in a local shell on the three descriptors passed, and its exit status is sent back.
+# A client that closes the socket early ends its session: the command is killed.
+import json, os, select, socket, struct, subprocess, sys
+path, log, mode = sys.argv[1:4]
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(path)
+server.listen(8)
+print("ready", flush=True)
+
+def exact(conn, size):
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+def message(conn):
+    return exact(conn, struct.unpack(">I", exact(conn, 4))[0])
+
+def send(conn, payload):
+    conn.sendall(struct.pack(">I", len(payload)) + payload)
+
+def string(data, offset):
+    size = struct.unpack_from(">I", data, offset)[0]
+    return data[offset + 4:offset + 4 + size], offset + 4 + size
+
+while True:
+    conn, _ = server.accept()
+    with conn:
+        if message(conn)[:8] != struct.pack(">II", 1, 4):
+            continue
+        send(conn, struct.pack(">II", 1, 4))
+        request = message(conn)
+        kind, rid = struct.unpack_from(">II", request)
+        _, offset = string(request, 8)
+        flags = struct.unpack_from(">IIIII", request, offset)
+        term, offset = string(request, offset + 20)
+        command, offset = string(request, offset)
+        fds = []
+        for _ in range(3):
+            _, ancillary, _, _ = conn.recvmsg(1, socket.CMSG_SPACE(4))
+            fds.append(struct.unpack("i", ancillary[0][2][:4])[0])
+        with open(log, "a") as out:
+            out.write(json.dumps({"kind": kind, "command": command.decode(), "flags": flags,
+                                  "term": term.decode(),
+                                  "environment": len(request) - offset}) + "\n")
+        if mode == "refuse":
+            send(conn, struct.pack(">III", 0x80000003, rid, 7) + b"refused")
+            for fd in fds:
+                os.close(fd)
+            continue
+        proc = subprocess.Popen(["sh", "-c", command.decode()], stdin=fds[0], stdout=fds[1],
+                                stderr=fds[2])
+        for fd in fds:
+            os.close(fd)
+        send(conn, struct.pack(">III", 0x80000006, rid, 7))
+        while proc.poll() is None:
+            if select.select([conn], [], [], 0.05)[0] and not conn.recv(1):
+                proc.kill()
+        if proc.wait() < 0:
+            continue  # killed: closed without an exit status, as OpenSSH's master does
+        send(conn, struct.pack(">III", 0x80000004, 7, proc.returncode))
+'''
+
+
+@pytest.fixture
+def fake_master(fake_ssh):
+    """Start a stand-in master on a connector's control socket; returns its log."""
+    started = []
+
+    def start(conn: MuxSSHConnector, mode: str = "run") -> Path:
+        conn.ssh_argv()  # its control path
+        log = Path(str(fake_ssh) + ".master.log")
+        proc = subprocess.Popen([sys.executable, "-c", FAKE_MASTER, conn.control_path,
+                                 str(log), mode], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        started.append(proc)
+        assert proc.stdout.readline() == "ready\n"
+        return log
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def sessions(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def calls(stem: Path) -> list[dict]:
@@ -230,3 +329,53 @@ def test_installed_for_the_hosts_pyinfra_would_reach_with_ssh(monkeypatch):
     made = Inventory((["node1", "@local"], {}))
     assert made.get_host("node1").connector_cls is MuxSSHConnector
     assert made.get_host("@local").connector_cls.__name__ == "LocalConnector"
+
+
+def test_a_live_master_runs_every_command_without_a_client(fake_ssh, fake_master, tmp_path):
+    conn = connector()
+    log = fake_master(conn)
+    conn.connect()  # the master's socket is there: nothing is started
+    ok, out = conn.run_shell_command(StringCommand("echo out; echo err >&2; cat"),
+                                     _stdin="fed in")  # fmt: skip
+    assert ok and out.stdout_lines == ["out", "fed in"] and out.stderr_lines == ["err"]
+    ok, out = conn.run_shell_command(StringCommand("exit 3"))
+    assert not ok
+    assert conn.run_shell_command(StringCommand("exit 3"), _success_exit_codes=[3])[0]
+    payload = bytes(range(256)) * 64
+    remote = tmp_path / "remote file"
+    assert conn.put_file(io.BytesIO(payload), str(remote))
+    back = io.BytesIO()
+    assert conn.get_file(str(remote), back) and back.getvalue() == payload
+    assert calls(fake_ssh) == []  # no OpenSSH client was started
+    asked = sessions(log)
+    assert len(asked) == 5 and asked[0]["command"].endswith("echo out; echo err >&2; cat'")
+    # No tty, X11, agent or subsystem, no escape character, no terminal type, and
+    # no environment variable sent (as over pyinfra's own connection).
+    assert all(s["kind"] == 0x10000002 and s["flags"] == [0, 0, 0, 0, 0xFFFFFFFF]
+               and s["term"] == "" and s["environment"] == 0 for s in asked)
+
+
+def test_a_session_the_master_refuses_runs_with_the_client(fake_ssh, fake_master):
+    conn = connector()
+    log = fake_master(conn, "refuse")
+    ok, out = conn.run_shell_command(StringCommand("echo via the client"))
+    assert ok and out.stdout_lines == ["via the client"]
+    assert len(sessions(log)) == 1 and ops(fake_ssh) == ["run"]
+
+
+def test_a_session_past_its_timeout_is_closed_and_its_command_stopped(fake_ssh, fake_master):
+    conn = connector()
+    fake_master(conn)
+    with pytest.raises(TimeoutError):
+        conn.run_shell_command(StringCommand("sleep 30"), _timeout=0.5)
+    # The master went on to the next session: the sleep was stopped when ours closed.
+    assert conn.run_shell_command(StringCommand("echo next"), _timeout=10)[1].stdout_lines == [
+        "next"]
+    assert calls(fake_ssh) == []
+
+
+def test_a_command_asking_for_a_tty_runs_with_the_client(fake_ssh, fake_master):
+    conn = connector()
+    log = fake_master(conn)
+    conn.run_shell_command(StringCommand("true"), _get_pty=True)
+    assert sessions(log) == [] and calls(fake_ssh)[0]["argv"][0] == "-tt"
