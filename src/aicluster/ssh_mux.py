@@ -16,12 +16,14 @@ address, port, user and connection options. Nothing is sent that pyinfra's conne
 would not send: the OpenSSH client is started without ``LANG``/``LC_*`` in its
 environment, so the nodes' commands run in their own locale, as they do over paramiko.
 
-A run costs this machine one OpenSSH client per command, started with
-``posix_spawn`` (a fork of this large Python process would cost more than the client
-itself) and waited for through gevent, so hosts still run side by side. Connecting
-costs nothing where a master's socket is there; a master whose node went away
-(its first command fails in the multiplexer) is closed and that command run again
-over a new connection.
+Where a master's socket is there, each command is a session the master opens when
+asked on that socket (:class:`_Session`: OpenSSH's multiplexing protocol, the command's
+stdin, stdout and stderr passed to the master as descriptors): no process is started
+for it. Otherwise (no master yet, a tty wanted, or a master that refuses) the OpenSSH
+client runs it, started with ``posix_spawn`` (a fork of this large Python process would
+cost more than the client itself). Both are waited for through gevent, so hosts still
+run side by side. A master whose node went away (its first command fails in the
+multiplexer) is closed and that command run again over a new connection.
 
 A host falls back to pyinfra's connector, unchanged, when its data asks for something
 only paramiko does: ``ssh_password``, ``ssh_key_password``,
