@@ -721,3 +721,58 @@ def test_commands_sharing_the_shell_leave_it_as_they_found_it(tmp_path):
                                  (2, "dpkg -l", "dpkg", True)])
     assert "( cat /etc/x\n)" in script and "{ uname -n\n}" in script
     assert "then { dpkg -l\n}; else" in script
+
+
+def _dpkg_status(packages: list[tuple[str, str, str, str]]) -> str:
+    """A dpkg status file: (name, status, architecture, version) each; the last
+    paragraph without a blank line after it."""
+    return "\n".join(
+        f"Package: {name}\nStatus: {status}\nPriority: optional\nMaintainer: t <t@t>\n"
+        f"Architecture: {arch}\n" + ("Multi-Arch: same\n" if name.startswith("lib") else "")
+        + f"Version: {version}\nDescription: {name}\n a longer text\n .\n Version: 9\n"
+        for name, status, arch, version in packages)
+
+
+def test_dpkg_packages_read_from_the_status_file_parse_as_dpkg_l(tmp_path):
+    """The awk read of dpkg's status file gives pyinfra's DebPackages the answer that
+    ``dpkg -l`` gives it: on this machine, and on a status file with every state."""
+    from pyinfra.facts.deb import DebPackages
+
+    from aicluster.facts import memo
+
+    ours = memo.CHEAPER_PARSED[("pyinfra.facts.deb:DebPackages", DebPackages().command())]
+    plan = memo._read_plan(["pyinfra.facts.deb:DebPackages", [], {}])
+    assert plan[4] == ours and not plan[6]  # it sets variables: a subshell of its own
+
+    def answer(command: str):
+        run = _run_sh(command)
+        assert run.returncode == 0, run.stderr
+        return DebPackages().process(run.stdout.splitlines())
+
+    if shutil.which("dpkg"):
+        here = answer(ours)
+        assert here and here == answer("dpkg -l")
+
+    admin = tmp_path / "dpkg"
+    (admin / "updates").mkdir(parents=True)
+    (admin / "status").write_text(_dpkg_status([
+        ("libfoo", "install ok installed", "amd64", "1:2.3-4"),
+        ("libfoo", "install ok installed", "i386", "1:2.3-4"),
+        ("held", "hold ok installed", "all", "0.9~rc1+dfsg"),
+        ("gone", "deinstall ok config-files", "amd64", "1.0"),
+        ("broken", "install reinstreq installed", "amd64", "1.1"),
+        ("unpacked", "install ok unpacked", "amd64", "1.2"),
+        ("halfway", "install ok half-configured", "amd64", "1.3"),
+        ("last", "install ok installed", "amd64", "2.0"),
+    ]))
+    local = ours.replace("/var/lib/dpkg/", f"{admin}/").replace(
+        "dpkg -l", f"dpkg --admindir={admin} -l")
+    expected = {"libfoo": {"1:2.3-4"}, "held": {"0.9~rc1+dfsg"}, "last": {"2.0"}}
+    assert answer(local) == expected
+    if shutil.which("dpkg"):
+        assert answer(f"dpkg --admindir={admin} -l 2>/dev/null") == expected
+        # A dpkg run left updates not merged into the status file yet: dpkg reads them.
+        (admin / "updates" / "0000").write_text(_dpkg_status([
+            ("newer", "install ok installed", "amd64", "3.0")]))
+        assert answer(local) == answer(f"dpkg --admindir={admin} -l 2>/dev/null")
+        assert "newer" in answer(local)
