@@ -49,6 +49,7 @@ def _environment(component: str) -> jinja2.Environment:
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
+        auto_reload=False,  # compiled once per run: no stat of the file at each use
     )
     env.filters.update(FILTERS)
     return env
