@@ -39,6 +39,7 @@ from __future__ import annotations
 import array
 import hashlib
 import os
+import posix
 import shlex
 import signal
 import socket
@@ -137,6 +138,14 @@ def _spawn(argv: list[str], stdin: int, stdout: int, stderr: int):
     return pid, status
 
 
+def _close_now(fd: int) -> None:
+    """Close a descriptor of ours that no gevent watcher uses, now. gevent's patched
+    ``os.close`` (pyinfra patches everything) defers the close to the next turn of its
+    loop: a pipe end the remote command's output goes through stayed open while the
+    loop waited for that very output, and the run hung until something else woke it."""
+    posix.close(fd)
+
+
 class _Process:
     """What a command run on a host gives back: its ``stdin`` (to write), ``stdout`` and
     ``stderr`` (to read, gevent file objects), ``wait()`` and ``kill()``."""
@@ -195,10 +204,10 @@ class _Client(_Process):
             self.pid, self._status = _spawn(argv, r_in, w_out, w_err)
         except OSError:
             for fd in (r_in, w_in, r_out, w_out, r_err, w_err):
-                os.close(fd)
+                _close_now(fd)
             raise
         for fd in (r_in, w_out, w_err):
-            os.close(fd)
+            _close_now(fd)
         self.stdin = FileObjectPosix(w_in, "wb")
         self.stdout = FileObjectPosix(r_out, "rb")
         self.stderr = FileObjectPosix(r_err, "rb")
@@ -297,7 +306,7 @@ class _Session(_Process):
             self._close(fds)
             raise
         for fd in (r_in, w_out, w_err):  # the master holds its own copies now
-            os.close(fd)
+            _close_now(fd)
         self.stdin = FileObjectPosix(w_in, "wb")
         self.stdout = FileObjectPosix(r_out, "rb")
         self.stderr = FileObjectPosix(r_err, "rb")
@@ -306,7 +315,7 @@ class _Session(_Process):
     def _close(self, fds: list[int]) -> None:
         self._sock.close()
         for fd in fds:
-            os.close(fd)
+            _close_now(fd)
 
     def _send(self, message: bytes) -> None:
         self._sock.sendall(struct.pack(">I", len(message)) + message)

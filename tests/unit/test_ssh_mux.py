@@ -379,3 +379,37 @@ def test_a_command_asking_for_a_tty_runs_with_the_client(fake_ssh, fake_master):
     log = fake_master(conn)
     conn.run_shell_command(StringCommand("true"), _get_pty=True)
     assert sessions(log) == [] and calls(fake_ssh)[0]["argv"][0] == "-tt"
+
+
+def test_our_ends_of_the_pipes_passed_to_the_master_close_at_once(
+        fake_ssh, fake_master, monkeypatch):
+    """pyinfra patches gevent into everything, and gevent's ``os.close`` defers the
+    close to the next turn of its loop. Our copies of the descriptors passed to the
+    master must be closed when the session opens: while our copy of the command's
+    stdout stays open, a command printing nothing never reaches EOF unless something
+    else wakes the loop (a first deploy hung on ``useradd`` that way)."""
+    import gevent.os
+
+    monkeypatch.setattr(os, "close", gevent.os.close)
+    made: list[int] = []
+    real_pipe = os.pipe
+
+    def pipe():
+        ends = real_pipe()
+        made.extend(ends)
+        return ends
+
+    monkeypatch.setattr(os, "pipe", pipe)
+    conn = connector()
+    fake_master(conn)
+    session = ssh_mux._Session(conn.control_path, "sleep 1")
+    r_in, w_in, r_out, w_out, r_err, w_err = made[-6:]
+    for fd in (r_in, w_out, w_err):  # the master's now, not ours
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert (session.stdin.fileno(), session.stdout.fileno(), session.stderr.fileno()) == (
+        w_in, r_out, r_err)
+    session.stdin.close()
+    assert session.stdout.read() == b"" and session.wait(5) == 0
+    ok, out = conn.run_shell_command(StringCommand("true"), _timeout=5)
+    assert ok and out.stdout_lines == [] and calls(fake_ssh) == []
