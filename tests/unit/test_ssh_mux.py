@@ -390,6 +390,8 @@ def test_our_ends_of_the_pipes_passed_to_the_master_close_at_once(
     else wakes the loop (a first deploy hung on ``useradd`` that way)."""
     import gevent.os
 
+    conn = connector()
+    fake_master(conn)  # (its process started before: subprocess closes with os.close)
     monkeypatch.setattr(os, "close", gevent.os.close)
     made: list[int] = []
     real_pipe = os.pipe
@@ -400,8 +402,6 @@ def test_our_ends_of_the_pipes_passed_to_the_master_close_at_once(
         return ends
 
     monkeypatch.setattr(os, "pipe", pipe)
-    conn = connector()
-    fake_master(conn)
     session = ssh_mux._Session(conn.control_path, "sleep 1")
     r_in, w_in, r_out, w_out, r_err, w_err = made[-6:]
     for fd in (r_in, w_out, w_err):  # the master's now, not ours
