@@ -146,6 +146,15 @@ def _close_now(fd: int) -> None:
     posix.close(fd)
 
 
+def _pipes() -> tuple[list[int], list[int]]:
+    """Three pipes for a command: the ends it uses (its stdin, stdout and stderr), and
+    ours (to write its stdin, to read its stdout and stderr)."""
+    r_in, w_in = os.pipe()
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    return [r_in, w_out, w_err], [w_in, r_out, r_err]
+
+
 class _Process:
     """What a command run on a host gives back: its ``stdin`` (to write), ``stdout`` and
     ``stderr`` (to read, gevent file objects), ``wait()`` and ``kill()``."""
@@ -153,6 +162,21 @@ class _Process:
     stdin: Any
     stdout: Any
     stderr: Any
+
+    def _keep(self, theirs: list[int], ours: list[int]) -> None:
+        """Close the command's ends of its pipes (whoever runs it holds them now) and
+        keep ours as gevent file objects."""
+        from gevent.fileobject import FileObjectPosix
+
+        for fd in theirs:
+            _close_now(fd)
+        self.stdin = FileObjectPosix(ours[0], "wb")
+        self.stdout = FileObjectPosix(ours[1], "rb")
+        self.stderr = FileObjectPosix(ours[2], "rb")
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.stdin, self.stdout, self.stderr):
+            pipe.close()
 
     def wait(self, timeout: float | None = None) -> int:
         raise NotImplementedError
@@ -195,22 +219,14 @@ class _Client(_Process):
     its exit waited for cooperatively (gevent), so other hosts run meanwhile."""
 
     def __init__(self, argv: list[str]) -> None:
-        from gevent.fileobject import FileObjectPosix
-
-        r_in, w_in = os.pipe()
-        r_out, w_out = os.pipe()
-        r_err, w_err = os.pipe()
+        theirs, ours = _pipes()
         try:
-            self.pid, self._status = _spawn(argv, r_in, w_out, w_err)
+            self.pid, self._status = _spawn(argv, *theirs)
         except OSError:
-            for fd in (r_in, w_in, r_out, w_out, r_err, w_err):
+            for fd in theirs + ours:
                 _close_now(fd)
             raise
-        for fd in (r_in, w_out, w_err):
-            _close_now(fd)
-        self.stdin = FileObjectPosix(w_in, "wb")
-        self.stdout = FileObjectPosix(r_out, "rb")
-        self.stderr = FileObjectPosix(r_err, "rb")
+        self._keep(theirs, ours)
 
     def wait(self, timeout: float | None = None) -> int:
         """The client's exit status; on ``timeout`` it is killed and TimeoutError raised."""
@@ -221,8 +237,7 @@ class _Client(_Process):
         except Timeout:
             self.kill()
             raise TimeoutError() from None
-        for pipe in (self.stdin, self.stdout, self.stderr):
-            pipe.close()
+        self._close_pipes()
         return os.waitstatus_to_exitcode(status)
 
     def kill(self) -> None:
@@ -232,8 +247,7 @@ class _Client(_Process):
         except ProcessLookupError:
             pass
         self._status.get()
-        for pipe in (self.stdin, self.stdout, self.stderr):
-            pipe.close()
+        self._close_pipes()
 
 # OpenSSH's multiplexing protocol (PROTOCOL.mux in OpenSSH's sources): messages are a
 # uint32 length, then a uint32 type and its fields (uint32s, and strings as a uint32
@@ -268,7 +282,6 @@ class _Session(_Process):
 
     def __init__(self, control_path: str, command: str, forward_agent: bool = False) -> None:
         from gevent import socket as gsocket
-        from gevent.fileobject import FileObjectPosix
 
         self._sock = gsocket.socket(gsocket.AF_UNIX, gsocket.SOCK_STREAM)
         self._buffer = b""
@@ -287,11 +300,9 @@ class _Session(_Process):
                 + _mux_string(b"")  # terminal type
                 + _mux_string(command.encode())
             )
-            r_in, w_in = os.pipe()
-            r_out, w_out = os.pipe()
-            r_err, w_err = os.pipe()
-            fds = [r_in, w_in, r_out, w_out, r_err, w_err]
-            for fd in (r_in, w_out, w_err):  # the command's stdin, stdout, stderr
+            theirs, ours = _pipes()
+            fds = theirs + ours
+            for fd in theirs:  # the command's stdin, stdout, stderr
                 self._sock.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                               array.array("i", [fd]))])
             kind, body = self._receive()
@@ -305,11 +316,7 @@ class _Session(_Process):
         except MasterUnavailable:
             self._close(fds)
             raise
-        for fd in (r_in, w_out, w_err):  # the master holds its own copies now
-            _close_now(fd)
-        self.stdin = FileObjectPosix(w_in, "wb")
-        self.stdout = FileObjectPosix(r_out, "rb")
-        self.stderr = FileObjectPosix(r_err, "rb")
+        self._keep(theirs, ours)  # the master holds its own copies of theirs now
         self._status: int | None = None
 
     def _close(self, fds: list[int]) -> None:
@@ -318,7 +325,7 @@ class _Session(_Process):
             _close_now(fd)
 
     def _send(self, message: bytes) -> None:
-        self._sock.sendall(struct.pack(">I", len(message)) + message)
+        self._sock.sendall(_mux_string(message))
 
     def _receive(self) -> tuple[int, bytes]:
         """The master's next message (its type, the rest); EOFError when it closed."""
@@ -361,8 +368,7 @@ class _Session(_Process):
     def kill(self) -> None:
         """Close the control socket (the master ends the session) and the pipes."""
         self._sock.close()
-        for pipe in (self.stdin, self.stdout, self.stderr):
-            pipe.close()
+        self._close_pipes()
 
 
 def needs_paramiko(data: Mapping[str, Any]) -> bool:
