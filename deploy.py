@@ -9,7 +9,8 @@ not built yet are skipped.
 from pyinfra import host, logger
 
 from aicluster.artifacts import ArtifactError, resolve_cluster
-from aicluster.deploys import component_module, current_cluster
+from aicluster.components import component_module
+from aicluster.common.ops import current_cluster
 from aicluster.facts.memo import memoize_facts, prefetch_facts, remember_reads
 from aicluster.inventory import InventoryError
 from aicluster.pyinfra_fixes import connect_once

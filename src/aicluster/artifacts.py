@@ -306,10 +306,11 @@ def needed(cluster: Any, components: Iterable[str] | None = None) -> list[Artifa
     return sorted(found.values(), key=lambda a: a.key)
 
 
-def validate(cluster: Any) -> list[str]:
-    """The inventory's artifact pins, checked without any I/O (host and field named)."""
+def validate(cluster: Any, component: str | None = None) -> list[str]:
+    """The inventory's artifact pins (of one component, or all), checked without any I/O
+    (host and field named)."""
     try:
-        needed(cluster)
+        needed(cluster, None if component is None else [component])
     except ArtifactError as exc:
         return str(exc).splitlines()
     return []
@@ -718,7 +719,7 @@ def put(
     from pyinfra.facts.server import Arch
     from pyinfra.operations import files
 
-    from aicluster.deploys import current_cluster
+    from aicluster.common.ops import current_cluster
 
     cluster = current_cluster()
     arts = host_artifacts(cluster, host.name, component, host.data.dict())

@@ -21,6 +21,7 @@ it validates before pyinfra connects anywhere; run by Ansible it prints the inve
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import os
@@ -42,6 +43,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from aicluster.common.limits import NETWORK_RETRIES, NETWORK_TIMEOUT
+from aicluster.components import derive_module, model_module
 
 # ---------------------------------------------------------------------------
 # Groups and components
@@ -150,6 +154,18 @@ class InventoryError(Exception):
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComponentSettings(BaseModel):
+    """A component's settings: the keys of its ``roles/<c>/defaults/main.yml``, each
+    typed. One model per component (``aicluster.components.<c>.model.Settings``) is the
+    one validation of its variables, for both engines: checked strictly (a quoted "8"
+    is refused where a number is wanted, so pyinfra and Ansible never see one a number
+    and the other a string), and a key the component does not know is refused with the
+    nearest known name. The defaults themselves live in the role's defaults file only:
+    the model is checked on the defaults under the host's data."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class GPUs(_Model):
@@ -476,13 +492,18 @@ _SHOW_INPUT = frozenset(
         "bool_parsing",
         "bool_type",
         "literal_error",
+        "string_type",
+        "list_type",
+        "dict_type",
+        "float_type",
     }
 )
 
 
-def _pydantic_errors(where: str, exc: ValidationError, prefix: str = "") -> list[str]:
+def _pydantic_errors(where: str, exc: ValidationError | list[Any],
+                     prefix: str = "") -> list[str]:
     errors = []
-    for err in exc.errors():
+    for err in exc.errors() if isinstance(exc, ValidationError) else exc:
         # Drop pydantic's union-branch names ("IPv4Address") from the location.
         loc = [p for p in err["loc"] if not (isinstance(p, str) and p[:1].isupper())]
         path = _loc([*([prefix] if prefix else []), *loc])
@@ -572,6 +593,7 @@ def validate(
                     errors.append(
                         f"{where}: {key}: {value!r} is not a version (like '23.11.4' or '535')"
                     )
+        errors += _settings_errors(where, data)
         try:
             spec = HostSpec.model_validate(dict(data))
         except ValidationError as exc:
@@ -642,15 +664,59 @@ def _collapse(errors: list[str]) -> list[str]:
     return out
 
 
-def _component_checks(cluster: Cluster) -> list[str]:
-    """Each built component's own ``validate(cluster)`` (aicluster.deploys.<c>), after
-    the release artifacts' pins (aicluster.artifacts)."""
-    from aicluster import artifacts
-    from aicluster.deploys import component_module
+def settings_model(component: str) -> type[ComponentSettings] | None:
+    """The component's settings model, or None where it has none yet."""
+    module = model_module(component)
+    return getattr(module, "Settings", None) if module is not None else None
 
-    errors: list[str] = artifacts.validate(cluster)
+
+def component_of_key(key: str) -> str | None:
+    """The component whose settings a host data key is (by its prefix), or None."""
+    found = [c for c in COMPONENT_ORDER if key.startswith(f"{c}_")]
+    return max(found, key=len) if found else None
+
+
+def _settings_errors(where: str, data: Mapping[str, Any]) -> list[str]:
+    """Each component's settings the host's data gives, checked by the component's
+    model (on the role's defaults under the host's data): host and field named, an
+    unknown key with the nearest known name."""
+    from aicluster.render import defaults
+
+    given: dict[str, list[str]] = {}
+    for key in data:
+        component = component_of_key(str(key))
+        if component is not None:
+            given.setdefault(component, []).append(str(key))
+    errors: list[str] = []
+    for component, keys in given.items():
+        model = settings_model(component)
+        if model is None:
+            continue
+        values = defaults(component)
+        values.update({k: data[k] for k in keys})
+        try:
+            model.model_validate(values)
+        except ValidationError as exc:
+            known = sorted(model.model_fields)
+            for err in exc.errors():
+                if err["type"] == "extra_forbidden":
+                    key = str(err["loc"][0])
+                    near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                    hint = f"did you mean {near[0]}?" if near else (
+                        f"the {component} settings are: {', '.join(known)}")
+                    errors.append(f"{where}: {key}: not a {component} setting; {hint}")
+            rest = [e for e in exc.errors() if e["type"] != "extra_forbidden"]
+            if rest:
+                errors += _pydantic_errors(where, rest)
+    return errors
+
+
+def _component_checks(cluster: Cluster) -> list[str]:
+    """Each built component's own ``validate(cluster)`` (``aicluster.components.<c>.derive``,
+    found through the components' registry)."""
+    errors: list[str] = []
     for component in COMPONENT_ORDER:
-        module = component_module(component)
+        module = derive_module(component)
         if module is not None and hasattr(module, "validate"):
             errors += module.validate(cluster)
     return errors
@@ -658,12 +724,10 @@ def _component_checks(cluster: Cluster) -> list[str]:
 
 def derived_vars(cluster: Cluster, host_name: str) -> dict[str, Any]:
     """Every derived value the host's components' templates use (for Ansible)."""
-    from aicluster.deploys import component_module
-
     host = cluster.hosts[host_name]
     out: dict[str, Any] = {}
     for component in host.components():
-        module = component_module(component)
+        module = derive_module(component)
         if module is not None and hasattr(module, "derived_vars"):
             out.update(module.derived_vars(cluster, host_name, host.data))
     return out
@@ -932,8 +996,6 @@ def cluster_from_pyinfra(inventory) -> Cluster:
 def ansible_inventory(path: str | os.PathLike, cluster: Cluster | None = None) -> dict[str, Any]:
     """The Ansible JSON inventory for an inventory file: the same hosts, groups and
     merged data pyinfra sees, plus Ansible's connection variables."""
-    from aicluster.deploys import NETWORK_RETRIES, NETWORK_TIMEOUT
-
     hosts = load_hosts(path)
     cluster = cluster or load_cluster(path)
     out: dict[str, Any] = {"_meta": {"hostvars": {}}, "all": {"children": ["ungrouped"]}}

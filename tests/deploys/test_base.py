@@ -5,7 +5,8 @@ Fake hosts: no host is contacted; facts come from fixtures (tests/deploys/harnes
 
 from __future__ import annotations
 
-from aicluster.deploys import base
+from aicluster.components.base import deploy as base
+from aicluster.components.base import derive as base_derive
 from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS, HOSTS
 from tests.deploys.harness import plan
 
@@ -45,7 +46,7 @@ def test_bare_host_gets_every_base_piece(distro):
         assert "10.10.0.10\thead\n" in hosts_file
         assert "10.20.0.21\tgpu1-fabric\n" in hosts_file
         assert "ops@x" in p.upload(host, "/home/ops/.ssh/authorized_keys")
-        assert "ops ALL=(ALL:ALL) NOPASSWD: ALL" in p.upload(host, base.SUDOERS_FILE)
+        assert "ops ALL=(ALL:ALL) NOPASSWD: ALL" in p.upload(host, base_derive.SUDOERS_FILE)
 
 
 def test_restarts_only_follow_changes(distro):
@@ -65,9 +66,9 @@ def test_debian_family_uses_apt_through_the_package_cache():
         install = p.op("gpu1", "Install base packages").text
         assert "apt-get update" in install
         assert "apt-get -y" in install and "install chrony nftables sudo" in install
-        proxy = p.upload("gpu1", base.APT_PROXY_FILE)
+        proxy = p.upload("gpu1", base_derive.APT_PROXY_FILE)
         assert 'Acquire::http::Proxy "http://10.10.0.10:3142";' in proxy
-        assert 'Acquire::Retries "3";' in p.upload("gpu1", base.APT_NETWORK_FILE)
+        assert 'Acquire::Retries "3";' in p.upload("gpu1", base_derive.APT_NETWORK_FILE)
         # Only the package cache node runs apt-cacher-ng.
         assert "apt-cacher-ng" in p.op("head", "Install the cluster package cache "
                                        "(apt-cacher-ng)").text

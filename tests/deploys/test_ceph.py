@@ -6,7 +6,7 @@ monitor, client mounts after CephFS exists; a second run plans no change; Ubuntu
 Rocky package plans; an OSD host added later touches only itself.
 
 Fake hosts: no host is contacted; the BlockDevices and CephState facts come from
-fixtures shaped as aicluster.facts.storage.parse and aicluster.facts.ceph.parse return
+fixtures shaped as aicluster.common.disks.parse and aicluster.components.ceph.facts.parse return
 them (tests/deploys/harness.py). The cluster's secret is a file in a temporary
 directory (the inventory's secrets.ceph).
 """
@@ -21,8 +21,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from aicluster.deploys import ceph
-from aicluster.facts import ceph as ceph_fact
+from aicluster.components.ceph import deploy as ceph
+from aicluster.components.ceph import derive as ceph_derive
+from aicluster.components.ceph import facts as ceph_fact
+from aicluster.components.ceph import probe as ceph_probe
 from aicluster.inventory import InventoryError, validate
 from aicluster.render import render
 from tests.deploys.conftest import DISTRIBUTIONS
@@ -126,8 +128,8 @@ def _keys(secret, hosts, groups, name):
 
     cluster = _validate({n: (tuple(g for g, m in groups.items() if n in m),
                              {**_cluster_data(secret), **d}) for n, d in hosts})
-    v = ceph.derived_vars(cluster, name, cluster.hosts[name].data)
-    return cluster, v, ceph.secrets(v["ceph_keys_ref"], "ceph", 64, "", v["ceph_entities"],
+    v = ceph_derive.derived_vars(cluster, name, cluster.hosts[name].data)
+    return cluster, v, ceph_derive.secrets(v["ceph_keys_ref"], "ceph", 64, "", v["ceph_entities"],
                                     name, v["ceph_roles"], "aicluster")
 
 
@@ -208,7 +210,7 @@ def test_keyrings_are_0600_owned_by_ceph_and_their_keys_never_named(secret):
     cluster, v, keys = _keys(secret, hosts, groups, "ceph1")
     for path in ("/etc/ceph/ceph.client.admin.keyring", "/etc/ceph/aicluster-mon.keyring",
                  "/var/lib/ceph/mgr/ceph-ceph1/keyring", "/var/lib/ceph/mds/ceph-ceph1/keyring",
-                 "/var/lib/ceph/bootstrap-osd/ceph.keyring"):
+                 "/var/lib/ceph/bootstrap-osd/ceph_derive.keyring"):
         op = p.op("ceph1", f"Keyring {path} (mode 0600, never shown)")
         assert f"chmod 600 {path}" in op.text and f"chown ceph:ceph {path}" in op.text
         assert p.upload("ceph1", path) == repr(keys["keyrings"][path].encode())
@@ -233,12 +235,12 @@ def test_keyrings_are_0600_owned_by_ceph_and_their_keys_never_named(secret):
 def test_keys_are_cephx_keys_derived_from_the_one_secret():
     import base64
 
-    a = ceph.derive_key(b"s" * 64, "client.admin")
+    a = ceph_derive.derive_key(b"s" * 64, "client.admin")
     raw = base64.b64decode(a)
     assert len(raw) == 28 and raw[:2] == b"\x01\x00" and raw[10:12] == b"\x10\x00"
-    assert a != ceph.derive_key(b"s" * 64, "client.bootstrap-osd")
-    assert a != ceph.derive_key(b"t" * 64, "client.admin")
-    fsid = ceph.derive_fsid(b"s" * 64)
+    assert a != ceph_derive.derive_key(b"s" * 64, "client.bootstrap-osd")
+    assert a != ceph_derive.derive_key(b"t" * 64, "client.admin")
+    fsid = ceph_derive.derive_fsid(b"s" * 64)
     assert re.match(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$",
                     fsid)
 
@@ -332,7 +334,7 @@ def test_a_bluestore_label_only_blkid_names_is_not_empty(caplog, secret):
     """wipefs (util-linux 2.38) lists no signature on a bluestore OSD; blkid -p names
     it (TYPE=ceph_bluestore, seen on the testbed). The rule counts it, for every
     component: here a foreign or unreadable OSD is refused."""
-    from aicluster.facts.storage import check_devices
+    from aicluster.common.disks import check_devices
 
     record = _record()
     record["blkid"] = {"TYPE": "ceph_bluestore", "USAGE": "other"}
@@ -396,7 +398,7 @@ def _deployed(secret, hosts, groups, p) -> dict:
             if path == APT_STAMP:
                 return {"mode": 644, "user": "root", "group": "root", "mtime": NOW}
             secret_file = "keyring" in path or path.endswith(".secret")
-            return {"mode": 600 if secret_file else 755 if path == ceph.OSD_TOOL else 644,
+            return {"mode": 600 if secret_file else 755 if path == ceph_derive.OSD_TOOL else 644,
                     "user": "ceph" if secret_file else "root",
                     "group": "ceph" if secret_file else "root"} if path in files else None
 
@@ -494,7 +496,7 @@ def test_the_kernel_client_mounts_with_a_secret_file(secret):
 
 def test_golden_ceph_conf_and_osd_files_for_the_lab():
     from aicluster import PROJECT_ROOT
-    from aicluster.deploys import template_vars
+    from aicluster.common.settings import template_vars
     from aicluster.inventory import load_cluster
 
     cluster = load_cluster(PROJECT_ROOT / "inventories" / "lab.py")
@@ -505,31 +507,31 @@ def test_golden_ceph_conf_and_osd_files_for_the_lab():
     assert_golden(GOLDEN / "aicluster-ceph-osd", render("ceph", "aicluster-ceph-osd.j2", v))
     assert_golden(GOLDEN / "aicluster-ceph-osds.service",
                   render("ceph", "aicluster-ceph-osds.service.j2", v))
-    head = ceph.derived_vars(cluster, "gpu1", cluster.hosts["gpu1"].data)
+    head = ceph_derive.derived_vars(cluster, "gpu1", cluster.hosts["gpu1"].data)
     assert_golden(GOLDEN / "fstab", head["ceph_fstab_line"] + "\n")
 
 
 def test_the_fact_reads_json_and_prints_no_key():
-    text = ceph_fact.command_text(ceph_fact.request_text(
+    text = ceph_probe.command_text(ceph_probe.request_text(
         {"host": "n1", "mode": "raw", "devices": [D1], "cluster": True, "mount": "/mnt/cephfs",
          "timeout": 60}))
     assert text.startswith("python3 -c ")
-    assert "hashlib.sha256(e.get(\"key\", \"\").encode()).hexdigest()" in ceph_fact.PROGRAM
-    parsed = ceph_fact.parse(["noise", '@@ceph {"mon": true, "osds": {}, "mounted": null, '
+    assert "hashlib.sha256(e.get(\"key\", \"\").encode()).hexdigest()" in ceph_probe.PROGRAM
+    parsed = ceph_probe.parse(["noise", '@@ceph {"mon": true, "osds": {}, "mounted": null, '
                                        '"cluster": {"reachable": false}}'])
     assert parsed["mon"] is True and parsed["cluster"] == {"reachable": False}
-    assert ceph_fact.parse(["nothing"])["mon"] is False
+    assert ceph_probe.parse(["nothing"])["mon"] is False
 
 
 def test_the_fact_program_runs_on_a_machine_without_ceph(tmp_path):
     import subprocess
 
-    text = ceph_fact.command_text(ceph_fact.request_text(
+    text = ceph_probe.command_text(ceph_probe.request_text(
         {"host": "nohost", "mode": "raw", "devices": [str(tmp_path / "none")], "cluster": True,
          "mount": str(tmp_path), "timeout": 5}))
     out = subprocess.run(["sh", "-c", text], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    parsed = ceph_fact.parse(out.stdout.splitlines())
+    parsed = ceph_probe.parse(out.stdout.splitlines())
     assert parsed["mon"] is False and parsed["osds"] == {str(tmp_path / "none"): None}
 
 

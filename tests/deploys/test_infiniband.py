@@ -14,7 +14,8 @@ import logging
 import pytest
 from pyinfra.api.exceptions import DeployError
 
-from aicluster.deploys import infiniband
+from aicluster.components.infiniband import deploy as infiniband
+from aicluster.components.infiniband import derive as infiniband_derive
 from tests.deploys.conftest import DISTRIBUTIONS
 from tests.deploys.harness import plan
 
@@ -137,7 +138,7 @@ def test_ipoib_goes_through_the_network_renderers():
         text = p.upload("gpu1", dest)
         for word in words:
             assert word in text, (distro, word, text)
-        assert "ib_ipoib" in p.upload("gpu1", infiniband.IPOIB_MODULES_FILE)
+        assert "ib_ipoib" in p.upload("gpu1", infiniband_derive.IPOIB_MODULES_FILE)
         apply = [n for n in p.names("gpu1") if n.startswith("IPoIB: apply")]
         assert apply, p.names("gpu1")
         # mlx5_1 carries no address: no IPoIB interface for it.
@@ -186,7 +187,7 @@ def test_a_port_without_its_ipoib_interface_is_skipped_and_said(caplog):
 
 
 def test_the_port_fact_parses_what_the_node_prints():
-    from aicluster.facts.infiniband import parse
+    from aicluster.components.infiniband.probe import parse
 
     ports = parse([
         "mlx5_0 1 ACTIVE 400 InfiniBand ibp12s0",

@@ -22,8 +22,11 @@ import yaml
 from pyinfra.api.exceptions import PyinfraError
 
 from aicluster import PROJECT_ROOT, artifacts
-from aicluster.deploys import k3s, template_vars
-from aicluster.facts import k3s as k3s_fact
+from aicluster.components.k3s import deploy as k3s
+from aicluster.components.k3s import derive as k3s_derive
+from aicluster.common.settings import template_vars
+from aicluster.components.k3s import facts as k3s_fact
+from aicluster.components.k3s import probe as k3s_probe
 from aicluster.inventory import InventoryError, load_cluster, validate
 from aicluster.render import render
 from tests.deploys.conftest import DISTRIBUTIONS
@@ -101,17 +104,17 @@ def _files(existing: dict[str, bytes]):
         if path not in existing:
             return None
         mode = 644
-        if path in (k3s.STAGED_BINARY, k3s.TOOL):
+        if path in (k3s_derive.STAGED_BINARY, k3s_derive.TOOL):
             mode = 755
-        elif path in (k3s.TOKEN_FILE, CONFIG) or path.startswith(k3s.MANIFESTS_DIR):
+        elif path in (k3s.TOKEN_FILE, CONFIG) or path.startswith(k3s_derive.MANIFESTS_DIR):
             mode = 600
         return {"mode": mode, "user": "root", "group": "root"}
 
     def sha1(path, **kw):
         return hashlib.sha1(existing[path]).hexdigest() if path in existing else None
 
-    dirs = {"/etc/rancher/k3s": 755, "/usr/local/lib/aicluster/k3s": 755, k3s.IMAGES_DIR: 755,
-            k3s.MANIFESTS_DIR: 700, "/usr/local/bin": 755, "/usr/local/sbin": 755,
+    dirs = {"/etc/rancher/k3s": 755, "/usr/local/lib/aicluster/k3s": 755, k3s_derive.IMAGES_DIR: 755,
+            k3s_derive.MANIFESTS_DIR: 700, "/usr/local/bin": 755, "/usr/local/sbin": 755,
             "/etc/systemd/system": 755}
 
     def directory(path, **kw):
@@ -144,20 +147,20 @@ def _deployed(cluster, version=NEW, inventory=THREE, configs=None):
         server = name in inventory[1]["k3s_servers"]
         unit = SERVER_UNIT if server else AGENT_UNIT
         have = {path: fresh.upload(name, path).encode()
-                for path in (CONFIG, unit, k3s.TOOL)}
+                for path in (CONFIG, unit, k3s_derive.TOOL)}
         if configs and name in configs:
             have[CONFIG] = configs[name].encode()
         have[k3s.TOKEN_FILE] = (TOKEN + "\n").encode()
-        have[k3s.STAGED_BINARY] = BINARY[version]
-        have[f"{k3s.IMAGES_DIR}/k3s-airgap-images-amd64.tar.zst"] = IMAGES[version]
+        have[k3s_derive.STAGED_BINARY] = BINARY[version]
+        have[f"{k3s_derive.IMAGES_DIR}/k3s-airgap-images-amd64.tar.zst"] = IMAGES[version]
         if server:
-            for dest in k3s.MANIFESTS:
-                path = f"{k3s.MANIFESTS_DIR}/{dest}"
+            for dest in k3s_derive.MANIFESTS:
+                path = f"{k3s_derive.MANIFESTS_DIR}/{dest}"
                 have[path] = fresh.upload(name, path).encode()
         unit_name = "k3s.service" if server else "k3s-agent.service"
         facts[name] = {
             "K3sNode": _node(_sha(BINARY[version]), version, "active",
-                             k3s.token_digest(TOKEN), "eno1" if name == "gpu1" else "ens1"),
+                             k3s_derive.token_digest(TOKEN), "eno1" if name == "gpu1" else "ens1"),
             "SystemdStatus": {unit_name: True},
             "SystemdEnabled": {unit_name: True},
             **_files(have),
@@ -197,7 +200,7 @@ def test_three_servers_first_inits_etcd_others_join_it(store, distro):
     assert all(op.serial for op in start.values())
     assert not any(op.serial for op in agents.values())
     assert start["s1"].index < agents["gpu1"].index == agents["cpu1"].index
-    assert f"{k3s.TOOL} start" in start["s1"].text
+    assert f"{k3s_derive.TOOL} start" in start["s1"].text
 
 
 def test_one_server_keeps_sqlite_and_agents_join_it(store):
@@ -252,7 +255,7 @@ def test_a_standin_gpu_is_no_nvidia_gpu_for_k3s(store):
     inventory = ([S1, standin], {**ONE[1], "gpu_nodes": ["cpu1"]})
     p = _plan(store, inventory, extra={"k3s_nvidia_device_plugin_image": ""})
     assert "node-label" not in _config(p, "cpu1")
-    for dest in k3s.MANIFESTS:
+    for dest in k3s_derive.MANIFESTS:
         p.op("s1", f"No GPU manifest {dest} (no k3s node has GPUs)")
 
 
@@ -267,25 +270,25 @@ def test_gpu_agent_gets_label_images_and_servers_the_manifests(store):
         op = p.op(name, f"k3s {NEW} air-gap images")
         cache = Path(store["artifacts_cache_dir"])
         assert (f"FileUploadCommand({cache / _sha(IMAGES[NEW])}, "
-                f"{k3s.IMAGES_DIR}/k3s-airgap-images-amd64.tar.zst)") in op.text
+                f"{k3s_derive.IMAGES_DIR}/k3s-airgap-images-amd64.tar.zst)") in op.text
     for name in ("s1", "s2", "s3"):
         rc = yaml.safe_load(
-            p.upload(name, f"{k3s.MANIFESTS_DIR}/aicluster-nvidia-runtimeclass.yaml"))
+            p.upload(name, f"{k3s_derive.MANIFESTS_DIR}/aicluster-nvidia-runtimeclass.yaml"))
         assert rc["kind"] == "RuntimeClass" and rc["handler"] == "nvidia"
         ds = yaml.safe_load(
-            p.upload(name, f"{k3s.MANIFESTS_DIR}/aicluster-nvidia-device-plugin.yaml"))
+            p.upload(name, f"{k3s_derive.MANIFESTS_DIR}/aicluster-nvidia-device-plugin.yaml"))
         spec = ds["spec"]["template"]["spec"]
         assert spec["runtimeClassName"] == "nvidia"
         assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
         assert spec["containers"][0]["image"] == store["k3s_nvidia_device_plugin_image"]
-    assert k3s.MANIFESTS_DIR not in p.commands("gpu1")
+    assert k3s_derive.MANIFESTS_DIR not in p.commands("gpu1")
 
 
 def test_no_gpu_node_no_gpu_manifests(store):
     p = _plan(store, ONE)
-    for dest in k3s.MANIFESTS:
+    for dest in k3s_derive.MANIFESTS:
         op = p.op("s1", f"No GPU manifest {dest} (no k3s node has GPUs)")
-        assert f"{k3s.MANIFESTS_DIR}/{dest}" not in p.commands("s1").replace(op.text, "")
+        assert f"{k3s_derive.MANIFESTS_DIR}/{dest}" not in p.commands("s1").replace(op.text, "")
 
 
 def test_binary_staged_from_the_cache_and_token_file_0600(store, distro):
@@ -293,7 +296,7 @@ def test_binary_staged_from_the_cache_and_token_file_0600(store, distro):
     cache = Path(store["artifacts_cache_dir"])
     for name in ("s1", "gpu1", "cpu1"):
         staged = p.op(name, f"Stage the k3s {NEW} binary")
-        assert f"FileUploadCommand({cache / _sha(BINARY[NEW])}, {k3s.STAGED_BINARY})" \
+        assert f"FileUploadCommand({cache / _sha(BINARY[NEW])}, {k3s_derive.STAGED_BINARY})" \
             in staged.text
         token = p.op(name, "k3s cluster token (mode 0600, never shown)")
         assert f"chmod 600 {k3s.TOKEN_FILE}" in token.text
@@ -334,7 +337,7 @@ def test_changed_config_restarts_that_node_only(store):
     assert p.changing("cpu1") == ["k3s agent config.yaml"]
     restart = p.op("cpu1", "k3s agents: restart one node at a time (its config, unit or token "
                            "changed)")
-    assert restart.conditional and f"{k3s.TOOL} restart" in restart.text
+    assert restart.conditional and f"{k3s_derive.TOOL} restart" in restart.text
     assert "drain" not in restart.text
     assert not p.changing("s1")
 
@@ -353,7 +356,7 @@ def test_version_bump_servers_one_at_a_time_then_agents_each_drained(store):
         drain, step, uncordon = op.commands[1], op.commands[2], op.commands[3]
         assert f"'{admin}'" in drain and "run_on_other_host" in drain
         assert f"k3s kubectl drain {node} --ignore-daemonsets --delete-emptydir-data" in drain
-        assert step == f"{k3s.TOOL} upgrade"
+        assert step == f"{k3s_derive.TOOL} upgrade"
         assert f"k3s kubectl uncordon {node}" in uncordon
     # The new binary is staged beside the running one first, on every node at once.
     stage = p.op("s1", f"Stage the k3s {NEW} binary")
@@ -434,14 +437,14 @@ def test_a_missing_token_env_stops_the_host(store, caplog, monkeypatch):
 
 
 def test_fact_parses_and_never_prints_the_token():
-    text = k3s_fact.command_text("k3s", "10.20.0.11")
+    text = k3s_probe.command_text("k3s", "10.20.0.11")
     assert "sha256sum /etc/rancher/k3s/aicluster-token" in text
     assert "cat " not in text
-    parsed = k3s_fact.parse(["binary=ab", "version=1.36.0+k3s1", "active=active", "iface=ens1",
+    parsed = k3s_probe.parse(["binary=ab", "version=1.36.0+k3s1", "active=active", "iface=ens1",
                              "nvidia=yes"])
     assert parsed == {"binary": "ab", "version": "1.36.0+k3s1", "active": "active",
                       "token": None, "iface": "ens1", "nvidia": True}
-    assert k3s_fact.parse([]) == k3s_fact.K3sNode().default()
+    assert k3s_probe.parse([]) == k3s_fact.K3sNode().default()
 
 
 # --- validation ----------------------------------------------------------------------
@@ -548,7 +551,7 @@ def test_the_real_pins_cover_the_default_version():
 LAB = load_cluster(PROJECT_ROOT / "inventories" / "lab.py")
 
 
-@pytest.mark.parametrize("name", k3s.k3s_hosts(LAB))
+@pytest.mark.parametrize("name", k3s_derive.k3s_hosts(LAB))
 def test_lab_config_yaml_matches_golden_files(name):
     v = template_vars("k3s", LAB, name, LAB.hosts[name].data, "Debian")
     text = render("k3s", "config.yaml.j2", v)
@@ -560,4 +563,4 @@ def test_lab_config_yaml_matches_golden_files(name):
 
 def test_every_golden_file_belongs_to_a_lab_k3s_node():
     on_disk = {p.parent.name for p in GOLDEN.glob("*/config.yaml")}
-    assert on_disk == set(k3s.k3s_hosts(LAB))
+    assert on_disk == set(k3s_derive.k3s_hosts(LAB))

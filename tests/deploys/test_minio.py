@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from aicluster import PROJECT_ROOT, artifacts
-from aicluster.deploys import minio, template_vars
-from aicluster.facts.minio import command_text as state_command
-from aicluster.facts.minio import parse as state_parse
+from aicluster.components.minio import deploy as minio
+from aicluster.components.minio import derive as minio_derive
+from aicluster.common.settings import template_vars
+from aicluster.components.minio.probe import command_text as state_command
+from aicluster.components.minio.probe import parse as state_parse
 from aicluster.inventory import InventoryError, load_cluster, validate
 from aicluster.render import render
 from tests.deploys.conftest import DISTRIBUTIONS
@@ -177,14 +179,14 @@ def test_four_nodes_with_two_drives_each(cache):
                                             "versioning": True}])
     volumes = 'MINIO_VOLUMES="http://stor{1...4}-storage:9000/mnt/minio{1...2}"\n'
     cluster = _validated(hosts, cache)
-    assert minio.layout(cluster)["pools"][0]["set_size"] == 8
+    assert minio_derive.layout(cluster)["pools"][0]["set_size"] == 8
     for i, (name, _) in enumerate(hosts, start=1):
         env = p.upload(name, ENV_FILE)
         assert volumes in env
         assert (f'MINIO_OPTS="--address 10.30.0.{40 + i}:9000 '
                 f'--console-address 10.30.0.{40 + i}:9001"\n') in env
         for j in (1, 2):
-            uuid = minio.fs_uuid(cluster, name, _dev(name, j))
+            uuid = minio_derive.fs_uuid(cluster, name, _dev(name, j))
             assert p.op(name, f"Make XFS on {_dev(name, j)}").text == (
                 f"mkfs.xfs -q -L minio -m uuid={uuid} {_dev(name, j)}")
             line = f"UUID={uuid} /mnt/minio{j} xfs noatime,nofail 0 2"
@@ -221,13 +223,13 @@ def test_volumes_in_expansion_notation_when_names_allow(cache, names, paths, vol
                   for j in (1, 2)]
         hosts.append(_host(name, 50 + i, minio_drives=drives))
     cluster = _validated(hosts, cache)
-    assert minio.layout(cluster)["volumes"] == volumes
+    assert minio_derive.layout(cluster)["volumes"] == volumes
 
 
 def test_a_second_pool_expands_the_cluster(cache):
     hosts = [*_four(), *(_host(f"stor{i}", 40 + i, 2, minio_pool=2) for i in range(5, 9))]
     cluster = _validated(hosts, cache)
-    assert minio.layout(cluster)["volumes"] == (
+    assert minio_derive.layout(cluster)["volumes"] == (
         "http://stor{1...4}-storage:9000/mnt/minio{1...2} "
         "http://stor{5...8}-storage:9000/mnt/minio{1...2}")
 
@@ -237,7 +239,7 @@ def test_a_second_pool_expands_the_cluster(cache):
     ([5, 2], 10), ([12], 12),
 ])
 def test_erasure_set_sizes_are_minios(lengths, size):
-    assert minio.erasure_set_size(lengths) == (size, "")
+    assert minio_derive.erasure_set_size(lengths) == (size, "")
 
 
 # ---------------------------------------------------------------------------
@@ -314,7 +316,7 @@ def test_a_directory_on_the_system_disk_is_fine_for_one_drive_alone(cache):
     hosts = [("solo", {"ssh_hostname": "10.10.0.5"})]
     state = {"solo": {**state_parse([]), "dirs": {"/var/lib/minio/data": "root"}}}
     p = _plan(hosts, cache, _facts(hosts, state=state))
-    assert p.op("solo", RESTART).commands == [minio.restart_command(300)]
+    assert p.op("solo", RESTART).commands == [minio_derive.restart_command(300)]
 
 
 def _fake_systemctl(tmp_path: Path, changes_after: int | None) -> dict[str, str]:
@@ -347,7 +349,7 @@ def test_the_restart_returns_once_the_old_server_has_stopped(tmp_path):
     import subprocess
 
     env = _fake_systemctl(tmp_path, changes_after=3)
-    done = subprocess.run(["sh", "-c", minio.restart_command(30)], env=env,
+    done = subprocess.run(["sh", "-c", minio_derive.restart_command(30)], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
@@ -357,7 +359,7 @@ def test_the_restart_returns_once_the_old_server_has_stopped(tmp_path):
     stuck = tmp_path / "stuck"
     stuck.mkdir()
     env = _fake_systemctl(stuck, changes_after=None)
-    done = subprocess.run(["sh", "-c", minio.restart_command(1)], env=env,
+    done = subprocess.run(["sh", "-c", minio_derive.restart_command(1)], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.strip() == ("minio.service did not stop and start again within 1 s "
@@ -406,7 +408,7 @@ def test_pyinfra_diff_is_refused_as_it_would_show_the_credentials(cache, caplog,
     assert "host 'stor1': minio: pyinfra's --diff would show /etc/default/minio" in caplog.text
     assert PASSWORD not in caplog.text
     # What a diff would read of the file: no line of it.
-    text = minio.SecretText(f"MINIO_ROOT_PASSWORD={PASSWORD}\n")
+    text = minio_derive.SecretText(f"MINIO_ROOT_PASSWORD={PASSWORD}\n")
     assert PASSWORD not in "".join(text.readlines()) and PASSWORD in text.getvalue()
 
 
@@ -418,17 +420,17 @@ def minio_hosts_gone():
 
 def test_a_generated_secret_gives_a_derived_password_the_same_every_time(tmp_path):
     path = tmp_path / "secrets" / "minio.secret"
-    first = minio.root_password({"file": str(path)}, "minio_root_password", 64)
+    first = minio_derive.root_password({"file": str(path)}, "minio_root_password", 64)
     assert path.stat().st_mode & 0o777 == 0o600 and len(path.read_bytes()) == 64
-    assert first == minio.root_password({"file": str(path)}, "minio_root_password", 64)
-    assert minio.PASSWORD_RE.match(first) and len(first) == 40
+    assert first == minio_derive.root_password({"file": str(path)}, "minio_root_password", 64)
+    assert minio_derive.PASSWORD_RE.match(first) and len(first) == 40
 
 
 def test_a_text_secret_that_is_no_password_is_refused_without_showing_it(tmp_path):
     path = tmp_path / "pw"
     path.write_text("has spaces and $igns\n")
     with pytest.raises(minio.SecretError) as exc:
-        minio.root_password({"file": str(path)}, "minio_root_password", 64)
+        minio_derive.root_password({"file": str(path)}, "minio_root_password", 64)
     assert "secrets.minio_root_password: is text but not a MinIO root password" in str(exc.value)
     assert "spaces" not in str(exc.value)
 
@@ -451,12 +453,12 @@ def _deployed(cache, hosts, p, binary: bytes = NEW, **extra) -> dict:
                 if command.startswith("upload "):
                     dest, body = command[len("upload "):].split("\n", 1)
                     files[dest] = body.encode()
-        fstab = [item["line"] for item in minio.plan(
+        fstab = [item["line"] for item in minio_derive.plan(
             _block(name, len(data.get("minio_drives") or []))(), {},
             v["minio_request"])["fstab"]]
         mounts = {d["path"]: {"source": _real(name, j), "fstype": "xfs"}
                   for j, d in enumerate(v["minio_drive_list"], start=1) if d["kind"] == "device"}
-        uuids = {j: minio.fs_uuid(cluster, name, _dev(name, j)) for j in (1, 2)}
+        uuids = {j: minio_derive.fs_uuid(cluster, name, _dev(name, j)) for j in (1, 2)}
         records = {j: _record(_real(name, j), [_sig("xfs", "minio", uuids[j])]) for j in (1, 2)}
         first = name == v["minio_first_host"]
         buckets = {"reachable": True, "names": [b["name"] for b in v["minio_bucket_list"]],
@@ -574,7 +576,7 @@ def test_a_version_bump_replaces_every_binary_then_restarts_all_servers_together
             "rm -f /usr/local/bin/minio",
             "ln -s /usr/local/bin/minio.RELEASE.2.0.0 /usr/local/bin/minio"]
         restart = p.op(name, RESTART)
-        assert restart.commands == [minio.restart_command(300)]
+        assert restart.commands == [minio_derive.restart_command(300)]
         assert not restart.conditional, "an upgrade restarts every server, unconditionally"
         assert not restart.serial, "all servers at once, not one host after another"
         indexes.add(restart.index)
@@ -629,10 +631,10 @@ def test_the_state_fact_parses_what_its_command_prints():
                                 "anonymous": {"models": "download"},
                                 "versioning": {"models": "Enabled"}}
     assert state["releases"] == ["/usr/local/bin/minio.RELEASE.2.0.0"]
-    assert not minio.node_current(state, "/usr/local/bin/minio.RELEASE.2.0.0", sha(NEW))
-    assert minio.node_current({**state, "exe": "/usr/local/bin/minio.RELEASE.2.0.0"},
+    assert not minio_derive.node_current(state, "/usr/local/bin/minio.RELEASE.2.0.0", sha(NEW))
+    assert minio_derive.node_current({**state, "exe": "/usr/local/bin/minio.RELEASE.2.0.0"},
                               "/usr/local/bin/minio.RELEASE.2.0.0", sha(NEW))
-    assert minio.bucket_commands(state, [{"name": "models", "policy": "download",
+    assert minio_derive.bucket_commands(state, [{"name": "models", "policy": "download",
                                           "versioning": True}]) == []
     command = state_command("/usr/local/bin/minio", "/usr/local/bin/mc", ["/srv/minio"],
                             ["models"])
@@ -641,7 +643,7 @@ def test_the_state_fact_parses_what_its_command_prints():
 
 def test_golden_environment_file_for_the_lab():
     cluster = load_cluster(PROJECT_ROOT / "inventories" / "lab.py")
-    names = minio.minio_hosts(cluster)
+    names = minio_derive.minio_hosts(cluster)
     assert names, "the lab inventory has MinIO hosts"
     for name in names:
         v = template_vars("minio", cluster, name, cluster.hosts[name].data, "Debian")

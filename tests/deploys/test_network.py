@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from pyinfra.api.exceptions import DeployError
 
-from aicluster.deploys import network
+from aicluster.components.network import deploy as network
+from aicluster.components.network import derive as network_derive
 from tests.deploys.conftest import DISTRIBUTIONS
 from tests.deploys.harness import plan
 from tests.golden import GOLDEN_DIR, assert_golden
@@ -109,7 +110,7 @@ def _mode(path):
     """The mode the deploy gives a file (NetworkManager and netplan want 0600)."""
     if path.endswith((".nmconnection", ".yaml")):
         return 600
-    return 755 if path == network.TUNING_SCRIPT else 644
+    return 755 if path == network_derive.TUNING_SCRIPT else 644
 
 
 def _facts(distro, hosts=HOSTS, files=None, mgmt=None, nics=None, listing=None):
@@ -290,7 +291,7 @@ def test_nic_tuning_raises_ring_buffers_of_fast_nics_only():
     assert "rx=8192" in script and "tx=8192" in script
     assert "'ens2f0 '*) ring" in script and "*' b8:3f:d2:00:40:02') ring" in script
     assert "ExecStart=/usr/local/sbin/aicluster-nic-tuning" in _written(p, "storage1")[
-        network.TUNING_UNIT
+        network_derive.TUNING_UNIT
     ]
     assert "No NIC tuning unit" in p.names("head")
 
@@ -307,7 +308,7 @@ def test_a_host_without_cluster_nics_is_left_alone():
 
 
 def test_the_interface_facts_parse_what_the_node_prints():
-    from aicluster.facts.network import parse_interfaces, parse_management
+    from aicluster.components.network.probe import parse_interfaces, parse_management
 
     lines = [
         "eno1 3C:EC:EF:00:00:10 1500 up 25000 1 -",

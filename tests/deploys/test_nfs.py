@@ -18,8 +18,10 @@ import pytest
 from pyinfra.api.exceptions import PyinfraError
 
 from aicluster import PROJECT_ROOT
-from aicluster.deploys import nfs, template_vars
-from aicluster.facts.nfs import parse
+from aicluster.components.nfs import deploy as nfs
+from aicluster.components.nfs import derive as nfs_derive
+from aicluster.common.settings import template_vars
+from aicluster.components.nfs.probe import parse
 from aicluster.inventory import InventoryError, load_cluster, validate
 from aicluster.render import render
 from tests.deploys.conftest import DISTRIBUTIONS
@@ -94,10 +96,10 @@ def test_kernel_server_plan(distro):
     rocky = distro == "rocky9"
     install = p.op("storage1", "Install the kernel NFS server").text
     assert ("nfs-utils" if rocky else "nfs-kernel-server") in install
-    conf = p.upload("storage1", nfs.NFS_CONF_FILE)
+    conf = p.upload("storage1", nfs_derive.NFS_CONF_FILE)
     # 3 clients: max(8, 4 x 3) = 12 nfsd threads; NFSv4.2 on.
     assert "[nfsd]\nthreads=12\nvers3=y\nvers4=y\nvers4.1=y\nvers4.2=y\n" in conf
-    exports = p.upload("storage1", nfs.EXPORTS_FILE)
+    exports = p.upload("storage1", nfs_derive.EXPORTS_FILE)
     assert "/srv/models 10.30.0.0/24(rw,sync,no_subtree_check,root_squash)\n" in exports
     assert ("/srv/datasets 10.30.0.0/24(rw,async,no_subtree_check,all_squash,anonuid=2000) "
             "10.99.0.0/16(rw,async,no_subtree_check,all_squash,anonuid=2000)\n") in exports
@@ -173,14 +175,14 @@ def test_chosen_mounts_and_their_options():
     assert line in p.commands("gpu1")
     assert "/srv/models" not in p.commands("gpu1")
     # One client: nfsd threads max(8, 4 x 1) = 8.
-    assert "threads=8\n" in p.upload("storage1", nfs.NFS_CONF_FILE)
+    assert "threads=8\n" in p.upload("storage1", nfs_derive.NFS_CONF_FILE)
 
 
 def test_threads_and_server_settings_from_the_inventory():
     server = _host("storage1", 40, nfs_exports=EXPORTS, nfs_server_threads=64,
                    nfs_server_config={"nfsd": {"vers3": "n", "lease-time": 60},
                                       "mountd": {"manage-gids": True}})
-    conf = _plan([server, *CLIENTS]).upload("storage1", nfs.NFS_CONF_FILE)
+    conf = _plan([server, *CLIENTS]).upload("storage1", nfs_derive.NFS_CONF_FILE)
     assert "[nfsd]\nthreads=64\nvers3=n\nvers4=y\nvers4.1=y\nvers4.2=y\nlease-time=60\n" in conf
     assert "[mountd]\nmanage-gids=y\n" in conf
 
@@ -247,8 +249,8 @@ def test_a_second_run_changes_nothing():
 
 def test_an_export_change_is_applied_with_exportfs_not_a_restart():
     fresh = _plan()
-    old = fresh.upload("storage1", nfs.EXPORTS_FILE).replace("10.99.0.0/16", "10.98.0.0/16")
-    facts = {"storage1": _deployed(fresh, "storage1", {nfs.EXPORTS_FILE: old})}
+    old = fresh.upload("storage1", nfs_derive.EXPORTS_FILE).replace("10.99.0.0/16", "10.98.0.0/16")
+    facts = {"storage1": _deployed(fresh, "storage1", {nfs_derive.EXPORTS_FILE: old})}
     p = _plan(facts=facts)
     # Only the exports file changes; the settings file (whose change alone restarts the
     # server) is as it was, so the restart's trigger does not fire.
@@ -272,14 +274,14 @@ def test_ganesha_server_where_the_kernel_has_no_nfsd(caplog):
     with caplog.at_level(logging.WARNING):
         p = _plan([server, client], groups, kernel=KERNEL_NONE)
     names = p.names("node1")
-    for unit in nfs.RPC_PIPEFS_UNITS:
+    for unit in nfs_derive.RPC_PIPEFS_UNITS:
         mask = p.op("node1", f"Mask {unit} (the kernel has no rpc_pipefs)").text
         assert f"ln -s /dev/null /etc/systemd/system/{unit}" in mask
     install = p.op("node1", "Install nfs-ganesha (VFS) and rpcbind").text
     assert "nfs-ganesha nfs-ganesha-vfs rpcbind" in install
     assert names.index("Mask run-rpc_pipefs.mount (the kernel has no rpc_pipefs)") < \
         names.index("Install nfs-ganesha (VFS) and rpcbind")
-    conf = p.upload("node1", nfs.GANESHA_CONF)
+    conf = p.upload("node1", nfs_derive.GANESHA_CONF)
     assert 'Path = "/mnt/nvme-cache/shared";' in conf and "Protocols = 3, 4;" in conf
     assert "Squash = Root_Squash;" in conf and "Name = VFS;" in conf
     assert "Clients = 10.10.0.0/24;" in conf and "Clients = 10.30.0.0/24;" in conf
@@ -309,7 +311,7 @@ def test_the_fact_reads_proc_filesystems_and_modprobe():
     assert parse(["module=nfsd", "module=sunrpc"])["server"]
     assert parse(["module=nfsd", "module=sunrpc"])["rpc_pipefs"]
     assert not any(parse([])[k] for k in ("client", "server", "rpc_pipefs"))
-    assert nfs.client_skip_reason(KERNEL_FULL) == ""
+    assert nfs_derive.client_skip_reason(KERNEL_FULL) == ""
 
 
 # ---------------------------------------------------------------------------

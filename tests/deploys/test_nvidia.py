@@ -18,8 +18,10 @@ import re
 import pytest
 from pyinfra import host
 
-from aicluster.deploys import current_cluster, nvidia
-from aicluster.facts.nvidia import parse, turing_or_newer
+from aicluster.common.ops import current_cluster
+from aicluster.components.nvidia import deploy as nvidia
+from aicluster.components.nvidia import derive as nvidia_derive
+from aicluster.components.nvidia.probe import parse, turing_or_newer
 from aicluster.inventory import InventoryError, validate
 from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS
 from tests.deploys.harness import plan
@@ -49,7 +51,7 @@ DIRECTORIES = {"/etc/apt/keyrings", "/etc/apt/sources.list.d", "/etc/apt/prefere
 
 def node_output(gpus=8, device=H100_DEVICE, nvswitches=4, loaded="", open_modules=True,
                 rdma=(), held=True, runtimes=(), packages=("nvidia-open-570",)):
-    """What the fact's command prints on a node (see aicluster.facts.nvidia)."""
+    """What the fact's command prints on a node (see aicluster.components.nvidia.facts)."""
     lines = [f"pci=0000:{0x18 + i:02x}:00.0 0x030200 {device}" for i in range(gpus)]
     lines += [f"pci=0000:{0x80 + i:02x}:00.0 0x068000 0x22a3" for i in range(nvswitches)]
     if loaded:
@@ -78,7 +80,7 @@ def _existing(files: dict[str, str]):
     def file_fact(path, **kw):
         if path not in files:
             return None
-        return {"mode": 755 if path == nvidia.DRIVER_SCRIPT else 644, "user": "root",
+        return {"mode": 755 if path == nvidia_derive.DRIVER_SCRIPT else 644, "user": "root",
                 "group": "root"}
 
     def sha1_fact(path, **kw):
@@ -118,17 +120,17 @@ def _deployed(distro="ubuntu2204", version=VERSION, extra=None, **output):
                 "nvidia-fabricmanager-570": [f"{version}-1"],
                 "nvidia-fabric-manager": [f"{version}-1"],
                 "python3-dnf-plugin-versionlock": ["4.3.0-16.el9"]}
-    paths = [nvidia.DRIVER_SCRIPT,
+    paths = [nvidia_derive.DRIVER_SCRIPT,
              "/etc/apt/sources.list.d/aicluster-nvidia-cuda.list" if debian
              else "/etc/yum.repos.d/aicluster-nvidia-cuda.repo"]
     if debian:
-        paths += [nvidia.APT_PIN, nvidia.UNATTENDED]
+        paths += [nvidia_derive.APT_PIN, nvidia_derive.UNATTENDED]
     facts, nodes = {}, {}
     for name in GPUS:
         files = {p: fresh.upload(name, p) for p in paths}
         files["/etc/apt/keyrings/aicluster-nvidia-cuda.asc"] = "key"
-        if nvidia.PEERMEM_CONF in fresh.commands(name):
-            files[nvidia.PEERMEM_CONF] = fresh.upload(name, nvidia.PEERMEM_CONF)
+        if nvidia_derive.PEERMEM_CONF in fresh.commands(name):
+            files[nvidia_derive.PEERMEM_CONF] = fresh.upload(name, nvidia_derive.PEERMEM_CONF)
         units = {f"{s}.service": True for s in
                  ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm")}
         facts[name] = {
@@ -156,18 +158,18 @@ def test_h100_nvswitch_first_install_debian_family(distro):
     key = p.op("gpu1", "NVIDIA CUDA repository key").text
     assert f"/repos/{repo[distro]}/x86_64/3bf863cc.pub" in key
     # The driver's packages pinned at the exact version (apt pin, priority 1001).
-    pin = p.upload("gpu1", nvidia.APT_PIN)
+    pin = p.upload("gpu1", nvidia_derive.APT_PIN)
     assert "Pin: version /^([0-9]+:)?570\\.133\\.20[.-]/\nPin-Priority: 1001\n" in pin
     assert "Package: nvidia-* libnvidia-* cuda-drivers*" in pin
     # Kept out of unattended upgrades.
-    assert '    "nvidia-";\n    "libnvidia-";\n' in p.upload("gpu1", nvidia.UNATTENDED)
+    assert '    "nvidia-";\n    "libnvidia-";\n' in p.upload("gpu1", nvidia_derive.UNATTENDED)
     # The open kernel modules (Hopper), Fabric Manager at the driver's version, holds.
     install = p.op("gpu1", f"Install NVIDIA driver {VERSION} (open modules), reboot, verify")
     assert (
-        f"{nvidia.DRIVER_SCRIPT} install --fabric-manager nvidia-fabricmanager-570 "
+        f"{nvidia_derive.DRIVER_SCRIPT} install --fabric-manager nvidia-fabricmanager-570 "
         "'nvidia-open-570'"
     ) in install.text
-    script = p.upload("gpu1", nvidia.DRIVER_SCRIPT)
+    script = p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
     assert 'want="570.133.20"' in script
     assert "gpus=8\n" in script
     assert "apt-mark hold $pkgs" in script
@@ -191,7 +193,7 @@ def test_h100_nvswitch_first_install_rocky9():
     assert f"baseurl={base}\n" in repo
     assert "gpgcheck=1\n" in repo
     assert f"gpgkey={base}/D42D0685.pub\n" in repo
-    assert nvidia.APT_PIN not in p.commands("gpu1")
+    assert nvidia_derive.APT_PIN not in p.commands("gpu1")
     names = p.names("gpu1")
     # dnf's versionlock plugin comes before the driver, which is held with it.
     lock = names.index("Install python3-dnf-plugin-versionlock")
@@ -199,11 +201,11 @@ def test_h100_nvswitch_first_install_rocky9():
     assert lock < names.index(install_name)
     install = p.op("gpu1", install_name).text
     assert (
-        f"{nvidia.DRIVER_SCRIPT} install --module nvidia-driver:570-open --fabric-manager "
+        f"{nvidia_derive.DRIVER_SCRIPT} install --module nvidia-driver:570-open --fabric-manager "
         "nvidia-fabric-manager 'nvidia-driver-570.133.20*' 'nvidia-driver-cuda-570.133.20*' "
         "'nvidia-persistenced-570.133.20*' 'kmod-nvidia-open-dkms-570.133.20*'"
     ) in install
-    script = p.upload("gpu1", nvidia.DRIVER_SCRIPT)
+    script = p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
     assert "dnf -y versionlock add $pkgs" in script
     # Fabric Manager exactly at the driver's version: name-version*.
     assert 'dnf install -y --allowerasing "$1-$v*"' in script
@@ -215,9 +217,9 @@ def test_first_install_reboots_and_verifies_in_order():
     p = _plan()
     op = p.op("gpu1", f"Install NVIDIA driver {VERSION} (open modules), reboot, verify")
     text = op.text
-    install = text.index(f"{nvidia.DRIVER_SCRIPT} install")
+    install = text.index(f"{nvidia_derive.DRIVER_SCRIPT} install")
     reboot = text.index("reboot ) </dev/null")
-    verify = text.index(f"{nvidia.DRIVER_SCRIPT} verify")
+    verify = text.index(f"{nvidia_derive.DRIVER_SCRIPT} verify")
     assert install < reboot < text.index("wait_and_reconnect") < verify
     # Nothing ran here before: nothing to drain.
     assert "drain" not in text
@@ -225,9 +227,9 @@ def test_first_install_reboots_and_verifies_in_order():
 
 def test_branch_only_pins_the_branch():
     p = _plan(extra={"nvidia_driver_version": None, "nvidia_driver_branch": "575"})
-    assert "Pin: version /^([0-9]+:)?575[.-]/\n" in p.upload("gpu1", nvidia.APT_PIN)
+    assert "Pin: version /^([0-9]+:)?575[.-]/\n" in p.upload("gpu1", nvidia_derive.APT_PIN)
     assert "'nvidia-open-575'" in p.commands("gpu1")
-    assert 'want="575"' in p.upload("gpu1", nvidia.DRIVER_SCRIPT)
+    assert 'want="575"' in p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
     rocky = _plan("rocky9", extra={"nvidia_driver_version": None})
     assert "--module nvidia-driver:570-open --fabric-manager nvidia-fabric-manager " \
            "'nvidia-driver' 'nvidia-driver-cuda'" in rocky.commands("gpu1")
@@ -298,7 +300,7 @@ def test_holds_restored_when_an_admin_released_them():
     facts, nodes = _deployed(held=False)
     p = _plan(nodes=nodes, facts=facts)
     op = p.op("gpu1", f"Hold the NVIDIA driver's packages at {VERSION} (nvidia-open-570)")
-    assert op.text == f"{nvidia.DRIVER_SCRIPT} hold"
+    assert op.text == f"{nvidia_derive.DRIVER_SCRIPT} hold"
 
 
 # --- a version bump: drain, install, reboot, verify, resume ---------------------------
@@ -316,17 +318,17 @@ def test_version_bump_drains_installs_reboots_verifies_resumes_in_order():
         text = op.text
         steps = [
             text.index("FunctionCommand(_guard"),
-            text.index(f"{nvidia.DRIVER_SCRIPT} drain"),
-            text.index(f"{nvidia.DRIVER_SCRIPT} install --fabric-manager"),
+            text.index(f"{nvidia_derive.DRIVER_SCRIPT} drain"),
+            text.index(f"{nvidia_derive.DRIVER_SCRIPT} install --fabric-manager"),
             text.index("reboot ) </dev/null"),
             text.index("wait_and_reconnect"),
-            text.index(f"{nvidia.DRIVER_SCRIPT} verify"),
-            text.index(f"{nvidia.DRIVER_SCRIPT} resume"),
+            text.index(f"{nvidia_derive.DRIVER_SCRIPT} verify"),
+            text.index(f"{nvidia_derive.DRIVER_SCRIPT} resume"),
             text.index("FunctionCommand(_finished"),
         ]
         assert steps == sorted(steps), text
         # The new pin and installer are in place before the change starts.
-        assert "570\\.133\\.20" in p.upload(node, nvidia.APT_PIN)
+        assert "570\\.133\\.20" in p.upload(node, nvidia_derive.APT_PIN)
         assert p.op(node, "NVIDIA driver installer (install, hold, drain, verify, resume)"
                     ).index < op.index
     # One batch of nodes at a time (pyinfra's _parallel on the one operation).
@@ -351,7 +353,7 @@ def test_version_bump_batches_one_node_by_default(monkeypatch):
 
 
 def test_drain_never_lifts_an_administrators_drain():
-    script = _plan().upload("gpu1", nvidia.DRIVER_SCRIPT)
+    script = _plan().upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
     assert 'reason="aicluster: NVIDIA driver 570.133.20"' in script
     assert 'echo "$node: drained by an administrator; it stays drained"' in script
     assert 'scontrol update NodeName="$node" State=DRAIN Reason="$reason"' in script
@@ -398,7 +400,7 @@ def test_node_without_nvidia_gpu_gets_nothing_and_says_why():
     hosts = [("cpu1", {"ssh_hostname": "10.10.0.31"})]
     p = _plan(hosts=hosts, groups={"gpu_nodes": []}, nodes={"cpu1": node_output(gpus=0)})
     assert p.ops["cpu1"] == []  # not in gpu_nodes: the component does not run there
-    decision = nvidia.decide(
+    decision = nvidia_derive.decide(
         {**nvidia.layered("nvidia", {}), "nvidia_gpu_vendor": "nvidia",
          "nvidia_expected_gpus": 0, "nvidia_gpu_model": ""},
         parse(node_output(gpus=0, nvswitches=0)), "cpu1", "debian")
@@ -449,7 +451,7 @@ def test_gpu_lost_after_boot_stops_that_host():
 def test_infiniband_present_loads_nvidia_peermem():
     rdma = {n: node_output(rdma=("mlx5_0", "mlx5_1")) for n in GPUS}
     p = _plan(nodes=rdma)
-    assert p.upload("gpu1", nvidia.PEERMEM_CONF).endswith("\nnvidia-peermem\n")
+    assert p.upload("gpu1", nvidia_derive.PEERMEM_CONF).endswith("\nnvidia-peermem\n")
     # On a first install the module loads at the reboot.
     assert "nvidia-peermem loads at the reboot" in p.names("gpu1")
     # Declared in the inventory (hardware.ib_ports) counts too; the running node loads it.
@@ -470,7 +472,7 @@ def test_infiniband_absent_no_nvidia_peermem():
 def test_peermem_can_be_turned_off():
     rdma = {n: node_output(rdma=("mlx5_0",)) for n in GPUS}
     p = _plan(nodes=rdma, extra={"nvidia_peermem": False})
-    assert nvidia.PEERMEM_CONF not in [c.split("\n")[0][7:] for c in p.commands("gpu1").split(
+    assert nvidia_derive.PEERMEM_CONF not in [c.split("\n")[0][7:] for c in p.commands("gpu1").split(
         "upload ")]
     assert "Load nvidia-peermem at boot (RDMA devices here)" not in p.names("gpu1")
 
@@ -686,7 +688,7 @@ def test_lab_gpu_node_files_match_golden_files(family):
     """tests/fixtures/golden/nvidia/<family>/: what gpu1 of inventories/lab.py gets
     (regenerate with AICLUSTER_UPDATE_GOLDEN=1 and review the diff)."""
     from aicluster import PROJECT_ROOT
-    from aicluster.deploys import template_vars
+    from aicluster.common.settings import template_vars
     from aicluster.inventory import load_cluster
     from aicluster.render import render
     from tests.golden import GOLDEN_DIR, assert_golden

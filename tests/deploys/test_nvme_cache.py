@@ -4,7 +4,7 @@ holding data is refused (nothing planned) unless the inventory sets wipe, and ne
 when it is mounted or holds /.
 
 Fake hosts: no host is contacted; the BlockDevices fact comes from fixtures shaped as
-aicluster.facts.storage.parse returns it (tests/deploys/harness.py).
+aicluster.common.disks.parse returns it (tests/deploys/harness.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from datetime import datetime, timedelta
 import pytest
 from pyinfra.api.exceptions import PyinfraError
 
-from aicluster.deploys import nvme_cache
-from aicluster.facts.storage import check_devices, parse, root_disks
+from aicluster.components.nvme_cache import deploy as nvme_cache
+from aicluster.components.nvme_cache import derive as nvme_cache_derive
+from aicluster.common.disks import check_devices, parse, root_disks
 from aicluster.inventory import InventoryError, validate
 from tests.deploys.conftest import DISTRIBUTIONS
 from tests.deploys.harness import plan
@@ -112,7 +113,7 @@ def _empty(*paths) -> dict:
 def test_one_empty_drive_becomes_xfs_mounted_by_uuid_with_nofail(distro):
     hosts = [_gpu("gpu1", 21, [{"device": A}])]
     p = _plan(hosts, {"gpu1": {"BlockDevices": _fact(_empty(A))}}, distro)
-    uuid = nvme_cache.fs_uuid(nvme_cache_cluster(hosts), "gpu1", [A])
+    uuid = nvme_cache_derive.fs_uuid(nvme_cache_cluster(hosts), "gpu1", [A])
     install = p.op("gpu1", "Install the NVMe cache's tools").text
     assert "xfsprogs" in install and "mdadm" not in install
     mkfs = p.op("gpu1", f"Make the cache's XFS on {A}").text
@@ -162,7 +163,7 @@ def test_several_drives_are_planned_as_raid0_recorded_in_mdadm_conf(distro):
         names.index("Make the cache's XFS on /dev/md/aicluster-nvme-cache")
     if distro == "rocky9":
         assert "touch /etc/mdadm.conf" in p.commands("gpu1")
-    uuid = nvme_cache.fs_uuid(nvme_cache_cluster(hosts), "gpu1", [A, B])
+    uuid = nvme_cache_derive.fs_uuid(nvme_cache_cluster(hosts), "gpu1", [A, B])
     line = f"UUID={uuid} /mnt/nvme-cache xfs noatime,nofail 0 0"
     assert line in p.op("gpu1",
                         "Mount the cache at /mnt/nvme-cache by UUID at boot (fstab, nofail)").text
@@ -340,7 +341,7 @@ def test_a_deployed_cache_plans_no_change():
     line = f"UUID={uuid} /mnt/nvme-cache xfs noatime,nofail 0 0"
     fresh = _plan(hosts, {"gpu1": {"BlockDevices": _fact(devices, tree, mounts)}})
     uploads = {dest: fresh.upload("gpu1", dest) for dest in (
-        nvme_cache.PROFILE_FILE, nvme_cache.SYSTEMD_ENV_FILE)}
+        nvme_cache_derive.PROFILE_FILE, nvme_cache_derive.SYSTEMD_ENV_FILE)}
     files = _existing(uploads)
     users = {u: {"home": h, "shell": "/usr/sbin/nologin", "group": u, "groups": [],
                  "comment": None} for u, h in (("ollama", "/usr/share/ollama"),
@@ -391,10 +392,10 @@ def test_cache_directories_and_the_environment_tools_read():
     assert "chown ray:ray /mnt/nvme-cache/ray" in ray
     assert "useradd -d /var/lib/ray -s /usr/sbin/nologin -g ray -r -m ray" in p.op(
         "gpu1", "User ray").text
-    profile = p.upload("gpu1", nvme_cache.PROFILE_FILE)
+    profile = p.upload("gpu1", nvme_cache_derive.PROFILE_FILE)
     assert_golden(GOLDEN / "aicluster-nvme-cache.sh", profile)
     assert "export HF_HOME=/mnt/nvme-cache/huggingface\n" in profile
-    env = p.upload("gpu1", nvme_cache.SYSTEMD_ENV_FILE)
+    env = p.upload("gpu1", nvme_cache_derive.SYSTEMD_ENV_FILE)
     assert_golden(GOLDEN / "90-aicluster-nvme-cache.conf", env)
     assert "OLLAMA_MODELS=/mnt/nvme-cache/ollama" in env
     reexec = p.op("gpu1", "Reload systemd's manager environment")

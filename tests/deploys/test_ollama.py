@@ -21,8 +21,9 @@ import pytest
 from pyinfra.api.exceptions import DeployError
 
 from aicluster import artifacts
-from aicluster.deploys import ollama
-from aicluster.facts.ollama import command_text, parse
+from aicluster.components.ollama import deploy as ollama
+from aicluster.components.ollama import derive as ollama_derive
+from aicluster.components.ollama.probe import command_text, parse
 from aicluster.inventory import InventoryError, validate
 from tests.deploys.conftest import DISTRIBUTIONS
 from tests.deploys.harness import plan
@@ -412,7 +413,7 @@ def _models_archive(path: Path, names: list[str]) -> str:
     with tarfile.open(path, "w") as tar:
         for name in names:
             data = f'{{"stand-in manifest": "{name}"}}'.encode()
-            info = tarfile.TarInfo(f"manifests/{ollama.manifest_path(name)}")
+            info = tarfile.TarInfo(f"manifests/{ollama_derive.manifest_path(name)}")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
         blob = tarfile.TarInfo("blobs/sha256-0000")
@@ -557,12 +558,12 @@ def test_several_ollama_nodes_without_a_gateway_warn():
 
 
 def test_model_names_map_to_their_manifests():
-    assert ollama.manifest_path("llama3.2") == "registry.ollama.ai/library/llama3.2/latest"
-    assert ollama.manifest_path("llama3.2:3b") == "registry.ollama.ai/library/llama3.2/3b"
-    assert ollama.manifest_path("jmorgan/tiny:q4") == "registry.ollama.ai/jmorgan/tiny/q4"
-    assert ollama.manifest_path("hub.lab:5000/ml/coder:7b") == "hub.lab:5000/ml/coder/7b"
+    assert ollama_derive.manifest_path("llama3.2") == "registry.ollama.ai/library/llama3.2/latest"
+    assert ollama_derive.manifest_path("llama3.2:3b") == "registry.ollama.ai/library/llama3.2/3b"
+    assert ollama_derive.manifest_path("jmorgan/tiny:q4") == "registry.ollama.ai/jmorgan/tiny/q4"
+    assert ollama_derive.manifest_path("hub.lab:5000/ml/coder:7b") == "hub.lab:5000/ml/coder/7b"
     for bad in ("", "a/b/c/d", "x:", " llama", "llama@sha256:00"):
-        assert ollama.parse_model(bad) is None, bad
+        assert ollama_derive.parse_model(bad) is None, bad
 
 
 def test_the_gateway_removes_the_distributions_default_site(cache, distro):

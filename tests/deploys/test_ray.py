@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 from pyinfra.api.exceptions import DeployError
 
-from aicluster.deploys import ray
+from aicluster.components.ray import deploy as ray
 from tests.deploys.conftest import DISTRIBUTIONS
 from tests.deploys.harness import plan
 

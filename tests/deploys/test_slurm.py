@@ -13,7 +13,8 @@ import stat
 
 import pytest
 
-from aicluster.deploys import slurm
+from aicluster.components.slurm import deploy as slurm
+from aicluster.components.slurm import derive as slurm_derive
 from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS
 from tests.deploys.harness import plan
 
@@ -90,30 +91,30 @@ def test_controller_and_workers_get_their_daemons(key_file, distro):
 
 def test_packages_at_the_pinned_version_debian(key_file):
     p = _plan(key_file, "debian12")
-    pin = p.upload("head", slurm.APT_PIN)
+    pin = p.upload("head", slurm_derive.APT_PIN)
     assert "Pin: version 22.05.8*\nPin-Priority: 1001\n" in pin
-    installer = p.upload("head", slurm.INSTALLER)
+    installer = p.upload("head", slurm_derive.INSTALLER)
     assert "apt-get install -y" in installer
     assert "munge 'slurm-client' 'slurmctld'\n" in installer
     assert "'slurmd'" not in installer
-    assert "munge 'slurm-client' 'slurmd'\n" in p.upload("gpu1", slurm.INSTALLER)
-    assert p.op("gpu1", "Install Slurm 22.05.8").text == f"{slurm.INSTALLER} install"
+    assert "munge 'slurm-client' 'slurmd'\n" in p.upload("gpu1", slurm_derive.INSTALLER)
+    assert p.op("gpu1", "Install Slurm 22.05.8").text == f"{slurm_derive.INSTALLER} install"
 
 
 def test_packages_from_epel_at_the_pinned_version_rocky(key_file):
     p = _plan(key_file, "rocky9")
-    installer = p.upload("gpu1", slurm.INSTALLER)
+    installer = p.upload("gpu1", slurm_derive.INSTALLER)
     assert "dnf install -y" in installer
     assert "munge 'slurm-22.05.8*' 'slurm-slurmd-22.05.8*'\n" in installer
     assert "rpm -q --qf" in installer
-    assert not any(slurm.APT_PIN in op.text for op in p.ops["gpu1"])
+    assert not any(slurm_derive.APT_PIN in op.text for op in p.ops["gpu1"])
 
 
 def test_ubuntu_uses_the_debian_packages(key_file):
     for distro in ("ubuntu2204", "ubuntu2404"):
         p = _plan(key_file, distro, extra={"slurm_version": "23.11.4"})
-        assert "Pin: version 23.11.4*" in p.upload("gpu1", slurm.APT_PIN)
-        assert "'slurmd'" in p.upload("gpu1", slurm.INSTALLER)
+        assert "Pin: version 23.11.4*" in p.upload("gpu1", slurm_derive.APT_PIN)
+        assert "'slurmd'" in p.upload("gpu1", slurm_derive.INSTALLER)
 
 
 def test_compute_nodes_never_run_slurmctld(key_file):
@@ -167,8 +168,8 @@ def test_munge_key_missing_env_stops_without_showing_anything(key_file, monkeypa
 
 def test_slurm_conf_groups_nodes_and_partitions(key_file):
     p = _plan(key_file)
-    conf = p.upload("head", slurm.SLURM_CONF)
-    assert conf == p.upload("gpu1", slurm.SLURM_CONF) == p.upload("cpu1", slurm.SLURM_CONF)
+    conf = p.upload("head", slurm_derive.SLURM_CONF)
+    assert conf == p.upload("gpu1", slurm_derive.SLURM_CONF) == p.upload("cpu1", slurm_derive.SLURM_CONF)
     assert "ClusterName=demo\n" in conf
     assert "SlurmctldHost=head(10.10.0.10)\n" in conf
     assert "SelectType=select/cons_tres\n" in conf
@@ -182,7 +183,7 @@ def test_slurm_conf_groups_nodes_and_partitions(key_file):
 def test_user_config_merges_and_null_removes(key_file):
     p = _plan(key_file, extra={"slurm_config": {"SlurmctldDebug": "debug", "KillWait": None,
                                                 "PriorityType": "priority/multifactor"}})
-    conf = p.upload("head", slurm.SLURM_CONF)
+    conf = p.upload("head", slurm_derive.SLURM_CONF)
     assert "SlurmctldDebug=debug\n" in conf
     assert "KillWait" not in conf
     assert "PriorityType=priority/multifactor\n" in conf
@@ -190,7 +191,7 @@ def test_user_config_merges_and_null_removes(key_file):
 
 def test_backup_controller(key_file):
     p = _plan(key_file, groups={"slurm_controller": ["head", "head2"]})
-    conf = p.upload("head2", slurm.SLURM_CONF)
+    conf = p.upload("head2", slurm_derive.SLURM_CONF)
     assert "SlurmctldHost=head(10.10.0.10)\nSlurmctldHost=head2(10.10.0.11)\n" in conf
     assert "slurmctld running and enabled" in p.names("head2")
     # Only the primary runs scontrol reconfigure.
@@ -200,53 +201,53 @@ def test_backup_controller(key_file):
 
 def test_cgroup_plugins_follow_the_nodes(key_file):
     p = _plan(key_file)
-    assert "ProctrackType=proctrack/cgroup\n" in p.upload("gpu1", slurm.SLURM_CONF)
-    assert "TaskPlugin=task/cgroup,task/affinity\n" in p.upload("gpu1", slurm.SLURM_CONF)
+    assert "ProctrackType=proctrack/cgroup\n" in p.upload("gpu1", slurm_derive.SLURM_CONF)
+    assert "TaskPlugin=task/cgroup,task/affinity\n" in p.upload("gpu1", slurm_derive.SLURM_CONF)
     # One node that cannot write its cgroups (a container): linuxproc for all nodes.
     p = _plan(key_file, facts={"cpu1": {CGROUP: False}})
     for host in ("head", "gpu1"):
-        conf = p.upload(host, slurm.SLURM_CONF)
+        conf = p.upload(host, slurm_derive.SLURM_CONF)
         assert "ProctrackType=proctrack/linuxproc\n" in conf
         assert "TaskPlugin=task/none\n" in conf
-    assert "(not in use" in p.upload("gpu1", slurm.CGROUP_CONF)
+    assert "(not in use" in p.upload("gpu1", slurm_derive.CGROUP_CONF)
     # The inventory overrides the fact.
     p = _plan(key_file, extra={"slurm_cgroup_plugins": True}, facts={"cpu1": {CGROUP: False}})
-    assert "ProctrackType=proctrack/cgroup\n" in p.upload("gpu1", slurm.SLURM_CONF)
+    assert "ProctrackType=proctrack/cgroup\n" in p.upload("gpu1", slurm_derive.SLURM_CONF)
     p = _plan(key_file, extra={"slurm_config": {"ProctrackType": "proctrack/pgid"}})
-    conf = p.upload("gpu1", slurm.SLURM_CONF)
+    conf = p.upload("gpu1", slurm_derive.SLURM_CONF)
     assert "ProctrackType=proctrack/pgid\n" in conf and "proctrack/cgroup" not in conf
 
 
 def test_gres_with_a_driver_autodetects(key_file):
     p = _plan(key_file, facts={"gpu1": {DRIVER: True}})
-    gres = p.upload("gpu1", slurm.GRES_CONF)
+    gres = p.upload("gpu1", slurm_derive.GRES_CONF)
     assert "AutoDetect=nvml\n" in gres and "File=" not in gres
 
 
 def test_gres_without_a_driver_names_each_device(key_file):
     p = _plan(key_file)
-    gres = p.upload("gpu2", slurm.GRES_CONF)
+    gres = p.upload("gpu2", slurm_derive.GRES_CONF)
     assert "AutoDetect=off\n" in gres
     assert "".join(f"Name=gpu File=/dev/nvidia{i}\n" for i in range(8)) in gres
-    assert "No GPUs" in p.upload("cpu1", slurm.GRES_CONF)
-    assert "Name=gpu" not in p.upload("cpu1", slurm.GRES_CONF)
+    assert "No GPUs" in p.upload("cpu1", slurm_derive.GRES_CONF)
+    assert "Name=gpu" not in p.upload("cpu1", slurm_derive.GRES_CONF)
 
 
 def test_fewer_gres_than_gpus(key_file):
     hosts = copy.deepcopy(HOSTS)
     hosts[2][1]["slurm_gres_gpus"] = 4
     p = _plan(key_file, hosts=hosts)
-    conf = p.upload("head", slurm.SLURM_CONF)
+    conf = p.upload("head", slurm_derive.SLURM_CONF)
     assert "NodeName=gpu1 CPUs=112 RealMemory=1992294 Gres=gpu:4 State=UNKNOWN\n" in conf
     assert "NodeName=gpu[2-3] CPUs=112" in conf
-    assert "File=/dev/nvidia3\n" in p.upload("gpu1", slurm.GRES_CONF)
-    assert "nvidia4" not in p.upload("gpu1", slurm.GRES_CONF)
+    assert "File=/dev/nvidia3\n" in p.upload("gpu1", slurm_derive.GRES_CONF)
+    assert "nvidia4" not in p.upload("gpu1", slurm_derive.GRES_CONF)
 
 
 def test_cgroup_conf(key_file):
     p = _plan(key_file, extra={"slurm_cgroup_config": {"ConstrainDevices": None,
                                                        "AllowedRAMSpace": 98}})
-    text = p.upload("gpu1", slurm.CGROUP_CONF)
+    text = p.upload("gpu1", slurm_derive.CGROUP_CONF)
     assert "ConstrainCores=yes\n" in text and "AllowedRAMSpace=98\n" in text
     assert "ConstrainDevices" not in text
 
@@ -256,16 +257,16 @@ def test_cgroup_conf(key_file):
 
 def test_slurmdbd_with_mariadb(key_file, distro):
     p = _plan(key_file, distro, groups={"slurm_dbd": ["db1"]})
-    conf = p.upload("head", slurm.SLURM_CONF)
+    conf = p.upload("head", slurm_derive.SLURM_CONF)
     assert "AccountingStorageType=accounting_storage/slurmdbd\n" in conf
     assert "AccountingStorageHost=db1\n" in conf
     assert "mariadb-server" in p.op("db1", "Install MariaDB for slurmdbd").text
-    dbd = p.upload("db1", slurm.DBD_CONF)
+    dbd = p.upload("db1", slurm_derive.DBD_CONF)
     assert "StorageType=accounting_storage/mysql\n" in dbd and "StoragePass" not in dbd
     assert "chmod 600 /etc/slurm/slurmdbd.conf" in p.op("db1", "Write slurmdbd.conf").text
     assert "IDENTIFIED VIA unix_socket" in p.commands("db1")
     assert "slurmdbd running and enabled" in p.names("db1")
-    assert "slurmdbd" in p.upload("db1", slurm.INSTALLER)
+    assert "slurmdbd" in p.upload("db1", slurm_derive.INSTALLER)
     assert "Write slurmdbd.conf" not in p.names("gpu1")
 
 
@@ -275,18 +276,18 @@ def test_slurmdbd_with_mariadb(key_file, distro):
 def _current(key_file, **kw):
     """A plan made again with the files the first plan uploads as the node's state."""
     first = _plan(key_file, **kw)
-    return first.upload("head", slurm.SLURM_CONF)
+    return first.upload("head", slurm_derive.SLURM_CONF)
 
 
 def test_a_plain_setting_change_reconfigures_without_restarting(key_file):
     old = _current(key_file)
     facts = {h: {"SlurmConf": old, "DebPackages": INSTALLED_DEB} for h, _ in HOSTS}
     p = _plan(key_file, extra={"slurm_config": {"MinJobAge": 600}}, facts=facts)
-    assert "MinJobAge=600\n" in p.upload("head", slurm.SLURM_CONF)
+    assert "MinJobAge=600\n" in p.upload("head", slurm_derive.SLURM_CONF)
     reconf = p.op("head", "scontrol reconfigure (slurm.conf changed; running jobs keep running)")
     assert reconf.commands == ["scontrol reconfigure"]
     # Restart ops are planned as conditional; the condition is false for this change.
-    assert not slurm.restart_needed(old, p.upload("head", slurm.SLURM_CONF),
+    assert not slurm_derive.restart_needed(old, p.upload("head", slurm_derive.SLURM_CONF),
                                     slurm.defaults("slurm")["slurm_restart_keys"])
     assert "Install Slurm 22.05.8" not in p.names("gpu1")
 
@@ -294,10 +295,10 @@ def test_a_plain_setting_change_reconfigures_without_restarting(key_file):
 def test_restart_keys_and_new_nodes_need_a_restart():
     keys = ["SelectType", "SlurmctldPort"]
     old = "ClusterName=x\nSelectType=select/cons_tres\nNodeName=n[1-2] CPUs=1\nMinJobAge=300\n"
-    assert not slurm.restart_needed(old, old.replace("300", "600"), keys)
-    assert slurm.restart_needed(old, old.replace("cons_tres", "linear"), keys)
-    assert slurm.restart_needed(old, old.replace("n[1-2]", "n[1-3]"), keys)
-    assert slurm.restart_needed("", old, keys)
+    assert not slurm_derive.restart_needed(old, old.replace("300", "600"), keys)
+    assert slurm_derive.restart_needed(old, old.replace("cons_tres", "linear"), keys)
+    assert slurm_derive.restart_needed(old, old.replace("n[1-2]", "n[1-3]"), keys)
+    assert slurm_derive.restart_needed("", old, keys)
 
 
 def test_upgrade_controller_first_then_workers_in_batches(key_file):
@@ -307,9 +308,9 @@ def test_upgrade_controller_first_then_workers_in_batches(key_file):
     ctl = p.op("head", "Upgrade Slurm 22.05.7-1 to 22.05.8 (slurmdbd and controllers first)")
     wrk = p.op("gpu1",
                "Upgrade Slurm 22.05.7-1 to 22.05.8 (drain, upgrade, resume; a batch at a time)")
-    assert ctl.commands == [f"{slurm.INSTALLER} upgrade"]
+    assert ctl.commands == [f"{slurm_derive.INSTALLER} upgrade"]
     assert ctl.index < wrk.index
-    script = p.upload("gpu1", slurm.INSTALLER)
+    script = p.upload("gpu1", slurm_derive.INSTALLER)
     assert 'scontrol update NodeName="$node" State=DRAIN Reason="$reason"' in script
     # A node an admin drained stays drained: resume only when the drain is ours.
     assert '*State=*DRAIN*) echo "$node: drained by an administrator; it stays drained"' in script
@@ -320,15 +321,15 @@ def test_upgrade_controller_first_then_workers_in_batches(key_file):
 
 
 def test_version_match():
-    assert slurm.version_matches("22.05.8-4+deb12u3", "22.05.8")
-    assert slurm.version_matches("22.05.8", "22.05.8")
-    assert not slurm.version_matches("22.05.80-1", "22.05.8")
-    assert not slurm.version_matches("23.11.4-1", "22.05.8")
-    assert slurm.version_matches("anything", "")
+    assert slurm_derive.version_matches("22.05.8-4+deb12u3", "22.05.8")
+    assert slurm_derive.version_matches("22.05.8", "22.05.8")
+    assert not slurm_derive.version_matches("22.05.80-1", "22.05.8")
+    assert not slurm_derive.version_matches("23.11.4-1", "22.05.8")
+    assert slurm_derive.version_matches("anything", "")
 
 
 def test_nothing_slurm_listens_on_outside_the_cluster_networks(key_file):
-    from aicluster.deploys import base
+    from aicluster.components.base import deploy as base
 
     p = plan(HOSTS[:3], {"slurm_controller": ["head"], "slurm_workers": ["gpu1"]},
              {**CLUSTER, "secrets": {"munge_key": {"file": str(key_file)}}},

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from aicluster.deploys import system_user
-from aicluster.facts.system import UserAccount
+from aicluster.common.ops import system_user
+from aicluster.common.facts import UserAccount
 from tests.deploys.harness import plan
 
 RAY = {"home": "/var/lib/ray", "comment": None, "shell": "/usr/sbin/nologin", "uid": 999,

@@ -323,7 +323,7 @@ def assert_nfs(tb: Testbed, output: str) -> None:
     back with nfs-cat, with the same checksum, and root was squashed on the server."""
     import time
 
-    from aicluster.deploys.nfs import server_address
+    from aicluster.components.nfs.derive import server_address
     from aicluster.inventory import load_cluster
     from tests.e2e.conftest import TESTBED_INVENTORY
 

@@ -7,7 +7,8 @@ one, and the same deploy function deploy.py calls).
 
 from pyinfra import host
 
-from aicluster.deploys import ceph, current_cluster
+from aicluster.components.ceph import deploy as ceph
+from aicluster.common.ops import current_cluster
 
 if "ceph" in current_cluster().hosts[host.name].components():
     ceph.deploy()

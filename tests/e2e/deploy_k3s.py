@@ -9,7 +9,8 @@ verified first, as deploy.py does, before any host is touched.
 from pyinfra import host
 
 from aicluster.artifacts import ArtifactError, resolve_cluster
-from aicluster.deploys import current_cluster, k3s
+from aicluster.common.ops import current_cluster
+from aicluster.components.k3s import deploy as k3s
 
 _cluster = current_cluster()
 try:

@@ -8,7 +8,9 @@ same deploy functions deploy.py calls).
 
 from pyinfra import host
 
-from aicluster.deploys import base, current_cluster, minio
+from aicluster.components.base import deploy as base
+from aicluster.common.ops import current_cluster
+from aicluster.components.minio import deploy as minio
 
 _components = current_cluster().hosts[host.name].components()
 if "base" in _components:

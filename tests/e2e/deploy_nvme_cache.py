@@ -7,7 +7,8 @@ only this one, and the same deploy function deploy.py calls).
 
 from pyinfra import host
 
-from aicluster.deploys import current_cluster, nvme_cache
+from aicluster.common.ops import current_cluster
+from aicluster.components.nvme_cache import deploy as nvme_cache
 
 if "nvme_cache" in current_cluster().hosts[host.name].components():
     nvme_cache.deploy()

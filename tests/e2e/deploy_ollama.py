@@ -9,7 +9,8 @@ artifacts first as deploy.py does.
 from pyinfra import host
 
 from aicluster.artifacts import ArtifactError, resolve_cluster
-from aicluster.deploys import current_cluster, ollama
+from aicluster.common.ops import current_cluster
+from aicluster.components.ollama import deploy as ollama
 
 try:
     resolve_cluster(current_cluster())

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.deploys.ceph import derive_key
+from aicluster.components.ceph.derive import derive_key
 from tests.e2e import conftest
 from tests.e2e.conftest import BIN, TESTBED_INVENTORY, ansible_changed, pyinfra_results, run
 

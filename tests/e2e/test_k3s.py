@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.deploys.k3s import token_digest, token_text
+from aicluster.components.k3s.derive import token_digest, token_text
 from tests.e2e import conftest
 from tests.e2e.conftest import BIN, TESTBED_INVENTORY, pyinfra_results, run
 from tests.e2e.standins import k3s as standin

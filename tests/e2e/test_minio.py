@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.deploys.minio import root_password
+from aicluster.components.minio.derive import root_password
 from tests.e2e import conftest
 from tests.e2e.conftest import BIN, TESTBED_INVENTORY, pyinfra_results, run
 from tests.e2e.standins import minio as standin

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.deploys.nvme_cache import fs_uuid
+from aicluster.components.nvme_cache.derive import fs_uuid
 from aicluster.inventory import load_cluster
 from tests.e2e import conftest
 from tests.e2e.conftest import BIN, TESTBED_INVENTORY, ansible_changed, pyinfra_results, run

@@ -429,7 +429,7 @@ def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
     from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
     from aicluster.facts import memo
-    from aicluster.facts.system import UnitLoaded
+    from aicluster.common.facts import UnitLoaded
 
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -655,7 +655,7 @@ def _shared_shell_samples(tmp_path):
 
     from pyinfra.api import FactBase
 
-    import aicluster.facts as package
+    import aicluster
     from aicluster.facts import memo
 
     venv = tmp_path / "ray" / "2.60.0" / "venv"
@@ -672,10 +672,13 @@ def _shared_shell_samples(tmp_path):
                     "install_dir": str(tmp_path / "ray")},
     }
     commands = {}
-    for info in pkgutil.iter_modules(package.__path__, "aicluster.facts."):
-        module = importlib.import_module(info.name)
+    fact_modules = [info.name for info in pkgutil.walk_packages(aicluster.__path__, "aicluster.")
+                    if info.name.endswith(".facts") and ".testbed" not in info.name]
+    assert "aicluster.common.facts" in fact_modules
+    for name in fact_modules:
+        module = importlib.import_module(name)
         for name, cls in inspect.getmembers(module, inspect.isclass):
-            if (issubclass(cls, FactBase) and cls.__module__ == info.name
+            if (issubclass(cls, FactBase) and cls.__module__ == name
                     and getattr(cls, "shares_shell", False)):
                 assert name in samples, f"{name} shares the shell: give it a sample here"
                 commands[name] = cls().command(**samples[name])

@@ -198,7 +198,7 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "n2", "groups",
         "ray_head allows at most 1 host(s); the inventory has 2",
     ),
-    # -- ray (aicluster.deploys.ray.validate) ------------------------------------
+    # -- ray (aicluster.components.ray.deploy.validate) ------------------------------------
     (
         "ray-version-missing",
         [("groups.ray_head", ["n1"]), ("groups.ray_workers", ["n2"])],
@@ -460,7 +460,7 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "n1", "package_proxy",
         "String should match pattern",
     ),
-    # -- base_* (aicluster.deploys.base.validate) ------------------------------
+    # -- base_* (aicluster.components.base.deploy.validate) ------------------------------
     (
         "chrony-server-unknown-host",
         [("all.base_chrony_server_host", "ntp1")],

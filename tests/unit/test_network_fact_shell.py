@@ -1,4 +1,4 @@
-"""The management-interface fact's shell (aicluster.facts.network.management_command),
+"""The management-interface fact's shell (aicluster.components.network.facts.management_command),
 run here with a STAND-IN ``ip`` (a script printing what ``ip -o addr show`` prints) and
 a stand-in /sys/class/net, with nothing else on PATH: which interface holds the
 address, and its MAC, read by the shell itself."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.facts.network import management_command, parse_management
+from aicluster.components.network.probe import management_command, parse_management
 
 IP_OUTPUT = r"""1: lo    inet 127.0.0.1/8 scope host lo\       valid_lft forever
 2: host0@if5    inet 10.213.0.120/24 brd 10.213.0.255 scope global host0\       valid_lft forever

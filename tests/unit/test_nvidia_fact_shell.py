@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from aicluster.facts.nvidia import FACT_COMMAND, parse
+from aicluster.components.nvidia.probe import FACT_COMMAND, parse
 
 
 def _device(root: Path, slot: str, vendor: str, cls: str, device: str) -> None:

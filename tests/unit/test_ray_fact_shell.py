@@ -1,4 +1,4 @@
-"""The RayNode fact's shell (aicluster.facts.ray.command_text), run here: the Python
+"""The RayNode fact's shell (aicluster.components.ray.facts.command_text), run here: the Python
 version it reports is the interpreter's own ``sys.version_info[:3]``, read with
 ``python -V``; a STAND-IN interpreter (a script printing what ``-V`` prints) covers
 release-candidate and development builds; Ray's version comes from a venv laid out
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.facts.ray import UNITS, command_text, parse
+from aicluster.components.ray.probe import UNITS, command_text, parse
 
 
 def _read(tmp_path: Path, python: str, units: dict[str, str] | None = None,

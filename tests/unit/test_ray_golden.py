@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from aicluster import PROJECT_ROOT
-from aicluster.deploys import template_vars
-from aicluster.deploys.ray import ray_hosts
+from aicluster.common.settings import template_vars
+from aicluster.components.ray.derive import ray_hosts
 from aicluster.inventory import load_cluster
 from aicluster.render import render
 from tests.golden import GOLDEN_DIR, assert_golden

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from aicluster import PROJECT_ROOT
-from aicluster.deploys.ray import RAY_DEFAULT_TEMP, derived_vars, temp_path
+from aicluster.components.ray.derive import RAY_DEFAULT_TEMP, derived_vars, temp_path
 from aicluster.inventory import load_cluster
 
 LAB = load_cluster(PROJECT_ROOT / "inventories" / "lab.py")
@@ -38,7 +38,7 @@ def test_the_inventory_names_it():
 
 
 def test_a_relative_temp_dir_is_refused_naming_host_and_field():
-    from aicluster.deploys.ray import validate
+    from aicluster.components.ray.derive import validate
 
     cluster = dataclasses.replace(LAB, hosts={
         **LAB.hosts,

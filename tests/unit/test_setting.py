@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aicluster.deploys import layered, setting
+from aicluster.common.settings import layered, setting
 from aicluster.render import ROLES_DIR, defaults
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from aicluster import PROJECT_ROOT
-from aicluster.deploys import template_vars
-from aicluster.deploys.slurm import merge, restart_needed
+from aicluster.common.settings import template_vars
+from aicluster.components.slurm.derive import merge, restart_needed
 from aicluster.inventory import InventoryError, load_cluster
 from aicluster.render import defaults, render
 from tests.golden import GOLDEN_DIR, assert_golden

@@ -11,7 +11,7 @@ multi-drive deployment needs) started from the built release file, as systemd st
   (SignatureDoesNotMatch), a wrong user too (InvalidAccessKeyId), so is a tampered
   payload; anonymous users get what the bucket's policy grants, nothing else;
 - the stand-in mc answers what the role runs, in the JSON the fact parses
-  (aicluster.facts.minio), with "private" for no policy as the real mc says;
+  (aicluster.components.minio.facts), with "private" for no policy as the real mc says;
 - writes are refused while a server is down, /minio/health/cluster says 503.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.facts.minio import parse as state_parse
+from aicluster.components.minio.probe import parse as state_parse
 from tests.e2e.standins import minio as standin
 
 USER = "aicluster-admin"

@@ -1,9 +1,9 @@
-"""aicluster.facts.system's commands, run on this machine through /bin/sh, parsed by
+"""aicluster.common.facts's commands, run on this machine through /bin/sh, parsed by
 the fact classes themselves."""
 
 import subprocess
 
-from aicluster.facts.system import ContainerVirt, GlobPaths, NftTable
+from aicluster.common.facts import ContainerVirt, GlobPaths, NftTable
 
 
 def _read(fact, **kwargs):

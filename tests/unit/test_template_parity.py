@@ -30,7 +30,7 @@ import jinja2.meta
 import pytest
 
 from aicluster import PROJECT_ROOT, ROLES_DIR
-from aicluster.deploys import template_vars
+from aicluster.common.settings import template_vars
 from aicluster.inventory import Cluster, ansible_inventory, load_cluster
 from aicluster.render import FILTERS, defaults, os_vars, render
 

@@ -1,12 +1,12 @@
 """Filters the ceph role uses: the very Python the pyinfra deploy runs
-(aicluster.deploys.ceph, aicluster.facts.storage), so both engines derive the same
+(aicluster.components.ceph.deploy, aicluster.common.disks), so both engines derive the same
 keys and decide alike whether a device may become an OSD. Filters run on the
 deploying machine: the cluster's secret is read there and never leaves it (only the
 keyrings this host needs are copied, with no_log)."""
 
 from __future__ import annotations
 
-from aicluster.deploys.ceph import (
+from aicluster.components.ceph.derive import (
     decide_from_output,
     mon_mkfs_command,
     pool_commands,
@@ -15,7 +15,7 @@ from aicluster.deploys.ceph import (
 
 
 def aicluster_ceph_secrets(ref, name, size, fsid, entities, host_name, roles, client_name):
-    """The fsid, this host's keyrings and the key digests (aicluster.deploys.ceph.secrets)."""
+    """The fsid, this host's keyrings and the key digests (aicluster.components.ceph.deploy.secrets)."""
     return secrets(ref, name, size, fsid, entities, host_name, roles, client_name)
 
 

@@ -1,20 +1,20 @@
 """Filters the infiniband role uses: the very Python the pyinfra deploy runs
-(aicluster.deploys.infiniband, aicluster.facts.infiniband), so both engines read the
+(aicluster.components.infiniband.deploy, aicluster.components.infiniband.facts), so both engines read the
 HCA ports, decide about opensm and build the IPoIB interfaces alike. The network
 role's filters (aicluster_network_*) write the IPoIB interfaces."""
 
 from __future__ import annotations
 
-from aicluster.deploys.infiniband import missing_ports, opensm_decision, with_netdevs
-from aicluster.deploys.network import (
+from aicluster.components.infiniband.derive import missing_ports, opensm_decision, with_netdevs
+from aicluster.common.netconf import (
     apply_commands,
     ipoib_interfaces,
     render_files,
     renderer,
     rollback_commands,
-    touches,
 )
-from aicluster.facts.infiniband import parse
+from aicluster.components.network.derive import touches
+from aicluster.components.infiniband.probe import parse
 
 
 def _ipoib(ports, found, host_name):

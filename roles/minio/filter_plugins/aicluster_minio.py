@@ -1,19 +1,19 @@
 """Filters the minio role uses: the very Python the pyinfra deploy runs
-(aicluster.deploys.minio, aicluster.facts.minio, aicluster.facts.storage), so both
+(aicluster.components.minio.deploy, aicluster.components.minio.facts, aicluster.common.disks), so both
 engines decide alike what may be done with a drive, when every server restarts, which
 buckets need mc, and derive the same root password. Filters run on the deploying
 machine: the root secret is read there (the tasks that touch it have no_log)."""
 
 from __future__ import annotations
 
-from aicluster.deploys.minio import (
+from aicluster.components.minio.derive import (
     bucket_commands,
     node_current,
     old_releases,
     plan_from_output,
     root_password,
 )
-from aicluster.facts.minio import parse
+from aicluster.components.minio.probe import parse
 
 
 def aicluster_minio_root_password(ref, name, size):

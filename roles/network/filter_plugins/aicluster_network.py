@@ -1,19 +1,12 @@
 """Filters the network role (and infiniband's IPoIB) use: the very Python the pyinfra
-deploy runs (aicluster.deploys.network, aicluster.facts.network), so both engines
+deploy runs (aicluster.components.network.deploy, aicluster.components.network.facts), so both engines
 choose the renderer, the files, the commands and the refusals alike."""
 
 from __future__ import annotations
 
-from aicluster.deploys.network import (
-    apply_commands,
-    management_refusal,
-    missing_nics,
-    render_files,
-    renderer,
-    rollback_commands,
-    touches,
-)
-from aicluster.facts.network import parse_interfaces, parse_management
+from aicluster.common.netconf import apply_commands, render_files, renderer, rollback_commands
+from aicluster.components.network.derive import management_refusal, missing_nics, touches
+from aicluster.components.network.probe import parse_interfaces, parse_management
 
 
 def _refusal(ids, host_name, mgmt):

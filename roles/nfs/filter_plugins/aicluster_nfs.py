@@ -1,10 +1,10 @@
 """Filters the nfs role uses: the very Python the pyinfra deploy runs
-(aicluster.facts.nfs, aicluster.deploys.nfs), so both engines decide alike."""
+(aicluster.components.nfs.facts, aicluster.components.nfs.deploy), so both engines decide alike."""
 
 from __future__ import annotations
 
-from aicluster.deploys.nfs import client_skip_reason, server_problem
-from aicluster.facts.nfs import parse
+from aicluster.components.nfs.derive import client_skip_reason, server_problem
+from aicluster.components.nfs.probe import parse
 
 
 class FilterModule:

@@ -1,10 +1,10 @@
 """Filters the nvidia role uses: the very Python the pyinfra deploy runs
-(aicluster.facts.nvidia, aicluster.deploys.nvidia), so both engines decide alike."""
+(aicluster.components.nvidia.facts, aicluster.components.nvidia.deploy), so both engines decide alike."""
 
 from __future__ import annotations
 
-from aicluster.deploys.nvidia import decide, repo_dirs
-from aicluster.facts.nvidia import parse
+from aicluster.components.nvidia.derive import decide, repo_dirs
+from aicluster.components.nvidia.probe import parse
 
 
 def _decide(node, settings, host_name, distro_id, installed_packages=None):

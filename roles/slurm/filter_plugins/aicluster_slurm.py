@@ -1,9 +1,9 @@
 """Filters the slurm role uses: the very Python the pyinfra deploy runs
-(aicluster.deploys.slurm), so both engines decide alike."""
+(aicluster.components.slurm.deploy), so both engines decide alike."""
 
 from __future__ import annotations
 
-from aicluster.deploys.slurm import restart_needed, version_matches
+from aicluster.components.slurm.derive import restart_needed, version_matches
 
 
 class FilterModule:

@@ -645,7 +645,7 @@ _GROUP_OF = {
     "pyinfra.facts.files:Sha1File": "sha1",
     "pyinfra.facts.systemd:SystemdStatus": "systemd",
     "pyinfra.facts.systemd:SystemdEnabled": "systemd",
-    "aicluster.facts.system:UnitLoaded": "systemd",
+    "aicluster.common.facts:UnitLoaded": "systemd",
 }
 #: A path read in a group: absolute, and nothing stat or sha1sum would print quoted
 #: or escaped, nor the group's own mark.

@@ -136,7 +136,7 @@ def models_archive(artifacts_dir: Path, models: list[str]) -> dict:
     """An offline models archive (``manifests/`` and ``blobs/`` of an OLLAMA_MODELS
     tree, as docs/components/ollama.md has one made) holding a stand-in manifest and
     blob of each model, placed in ``artifacts_dir``; returns the overrides naming it."""
-    from aicluster.deploys.ollama import parse_model
+    from aicluster.components.ollama.derive import parse_model
 
     members: dict[str, tuple[bytes | None, int]] = {"manifests": (None, 0o755),
                                                     "blobs": (None, 0o755)}

@@ -1,0 +1,1 @@
+"""What several components share, written once, below the components."""

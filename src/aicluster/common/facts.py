@@ -1,0 +1,137 @@
+"""Small facts about a node's system that several deploys ask: whether it is a
+container, whether an nftables table is loaded, which files a glob matches, the block
+devices the inventory names (:mod:`aicluster.common.disks` reads them).
+
+They are fact classes rather than ``server.Command`` reads so that
+:mod:`aicluster.accel.memo` remembers them between runs and reads them with all the
+others in one command (arbitrary commands are never remembered).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase
+
+from aicluster.common.disks import command_text, parse
+
+
+class ContainerVirt(FactBase):
+    """The container technology the node runs in (``systemd-nspawn``, ``lxc``,
+    ``docker`` ...), or ``None`` on bare metal or a VM (``systemd-detect-virt``).
+    Where systemd runs in a container it has recorded which in /run/systemd/container,
+    one of the files systemd-detect-virt reads: that file, read by the shell, spares
+    starting systemd-detect-virt there."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
+    def command(self) -> str:
+        return ("{ read -r c < /run/systemd/container && [ -n \"$c\" ] && echo \"$c\"; } "
+                "2>/dev/null || systemd-detect-virt --container 2>/dev/null || true")
+
+    def process(self, output):
+        value = "\n".join(output).strip()
+        return None if value in ("", "none") else value
+
+
+class NftTable(FactBase):
+    """Whether the nftables table ``family table`` is loaded (False without nft)."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
+    def command(self, family: str, table: str) -> str:
+        return (f"nft list table {shlex.quote(family)} {shlex.quote(table)} >/dev/null 2>&1 "
+                "&& echo yes || echo no")
+
+    def process(self, output):
+        return "\n".join(output).strip() == "yes"
+
+
+class GlobPaths(FactBase):
+    """The paths a shell glob matches, sorted (an empty list when none)."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
+    def command(self, pattern: str) -> str:
+        # The pattern is a glob: it is expanded by the shell, so it is not quoted. What
+        # `ls -1d` would list (dangling links too), without starting ls.
+        return f'for p in {pattern}; do [ -e "$p" ] || [ -L "$p" ] && echo "$p"; done; true'
+
+    def process(self, output):
+        return sorted(line for line in (x.strip() for x in output) if line)
+
+
+class UserAccount(FactBase):
+    """One account as pyinfra's ``Users`` fact describes it (home, shell, comment,
+    uid, gid, primary group, secondary groups), or None when there is no such user.
+
+    ``Users`` runs five commands for every account on the node; this reads one, the
+    way ``id`` sees it (through NSS, as useradd and the services do)."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
+    def command(self, user: str) -> str:
+        q = shlex.quote(user)
+        # `id -Gn USER` names the primary group first (what `id -gn USER` prints),
+        # then the others: one id for both.
+        return f"getent passwd {q} && id -Gn {q} || true"
+
+    def process(self, output):
+        lines = [str(line).rstrip("\n") for line in output if str(line).strip()]
+        if len(lines) < 2:
+            return None
+        entry = lines[0].split(":")
+        if len(entry) < 7:
+            return None
+        group = lines[1].split()[0]
+        return {
+            "home": entry[5] or None,
+            "comment": entry[4] or None,
+            "shell": entry[6] or None,
+            "uid": int(entry[2]),
+            "gid": int(entry[3]),
+            "group": group,
+            # As Users gives them: the secondary groups only.
+            "groups": [g for g in lines[1].split() if g != group],
+        }
+
+
+class UnitLoaded(FactBase):
+    """Whether systemd knows the unit (its unit file is installed), enabled or not."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
+    #: The unit property read (as pyinfra's systemd facts name theirs): the fact
+    #: prefetch reads it with other units' states in one systemctl (facts.memo).
+    state_key = "LoadState"
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "systemctl"
+
+    def command(self, unit: str) -> str:
+        return f"systemctl show --property LoadState --value {shlex.quote(unit)} || true"
+
+    def process(self, output):
+        return "\n".join(output).strip() == "loaded"
+
+
+class BlockDevices(FactBase):
+    """The node's block devices as :func:`parse` describes them, for the devices the
+    inventory names (and what is mounted at the given paths)."""
+
+    def default(self) -> dict:
+        return {"lsblk": [], "devices": {}, "mounts": {}}
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "lsblk"
+
+    def command(self, devices: list[str], paths: list[str] | None = None) -> str:
+        return command_text(devices, paths or ())
+
+    def process(self, output) -> dict:
+        return parse(output)

@@ -1,0 +1,228 @@
+"""pyinfra operations several components' deploys use, written once: a template
+rendered and uploaded, a systemd manager drop-in, a system account, a command on
+another host, packages installed with bounded time and retries, the validated cluster of
+the running inventory, and a host stopped before any operation runs on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from io import StringIO
+from typing import Any
+
+from pyinfra import host, logger
+from pyinfra.context import ctx_state
+from pyinfra.facts.files import Sha1File
+from pyinfra.operations import files, server
+
+from aicluster.common.facts import GlobPaths
+from aicluster.common.netconf import (
+    NETPLAN_FILE,
+    PREFIX,
+    apply_commands,
+    file_glob,
+    render_files,
+    rollback_commands,
+    sha1_text,
+)
+from aicluster.common.settings import NETWORK_ARGS
+from aicluster.inventory import Cluster
+from aicluster.render import render
+
+
+def put_template(
+    component: str,
+    template: str,
+    dest: str,
+    variables: Mapping[str, Any],
+    *,
+    name: str | None = None,
+    mode: str = "644",
+    user: str = "root",
+    group: str = "root",
+):
+    """Render ``roles/<component>/templates/<template>`` and upload it (a pyinfra op)."""
+    from pyinfra.operations import files
+
+    text = render(component, template, variables)
+    return files.put(
+        name=name or f"Write {dest}",
+        src=StringIO(text),
+        dest=dest,
+        mode=mode,
+        user=user,
+        group=group,
+    )
+
+
+def systemd_manager_conf(
+    component: str, template: str, dest: str, variables: Mapping[str, Any], *,
+    name: str, reload_name: str,
+):
+    """A drop-in for systemd's own manager (``/etc/systemd/system.conf.d``), rendered
+    from the component's template; the manager re-executes only when it changed."""
+    from pyinfra.operations import files, server
+
+    files.directory(name="systemd manager drop-in directory", path="/etc/systemd/system.conf.d")
+    conf = put_template(component, template, dest, variables, name=name)
+    server.shell(name=reload_name, commands=["systemctl daemon-reexec"], _if=conf.did_change)
+    return conf
+
+
+def system_user(
+    name: str,
+    user: str,
+    *,
+    group: str | None = None,
+    groups: list[str] | None = None,
+    append: bool = False,
+    home: str | None = None,
+    shell: str | None = None,
+    system: bool = False,
+    create_home: bool = False,
+):
+    """pyinfra's ``server.user`` (a pyinfra op), without reading every account of the
+    node when this one is already as wanted: ``server.user`` reads the ``Users`` fact,
+    five commands per account, on every run. When the account exists with this home,
+    shell and groups, only its home directory's ownership is ensured (what
+    ``server.user`` itself then does); otherwise ``server.user`` makes or mends it."""
+    from pyinfra.operations import files, server
+
+    from aicluster.common.facts import UserAccount
+
+    have = host.get_fact(UserAccount, user=user)
+    wanted_groups = list(groups or [])
+    as_wanted = have is not None and (
+        (home is None or have["home"] == home)
+        and (shell is None or have["shell"] == shell)
+        and (group is None or have["group"] == group)
+        and (not wanted_groups or (
+            set(wanted_groups) <= set(have["groups"]) if append
+            else set(wanted_groups) == set(have["groups"])))
+    )
+    if as_wanted:
+        return files.directory(
+            name=f"{name}: home directory",
+            path=home or have["home"] or f"/home/{user}",
+            user=user,
+            group=group or user,
+            _no_fail_on_link=True,
+        )
+    return server.user(
+        name=name, user=user, group=group, groups=groups, append=append, home=home,
+        shell=shell, system=system, create_home=create_home,
+    )
+
+
+def run_on_other_host(state, host, other_name: str, command: str) -> bool:
+    """A pyinfra FunctionCommand callback: run ``command`` on the inventory host
+    ``other_name`` (e.g. cordon a node on a k3s server during this host's turn),
+    connecting to it first if needed; True when it succeeded."""
+    from pyinfra.api import StringCommand
+
+    other = state.inventory.get_host(other_name)
+    if not other.connected:
+        other.connect()
+    ok, _output = other.run_shell_command(StringCommand(command), print_output=True)
+    return bool(ok)
+
+
+def install_packages(name: str, packages: list[str], family: str):
+    """Install distribution packages (a pyinfra op), bounded in time and retries; on
+    Debian and Ubuntu the apt index is refreshed when it is over an hour old."""
+    from pyinfra.operations import apt, dnf
+
+    if family == "Debian":
+        return apt.packages(
+            name=name, packages=packages, update=True, cache_time=3600, **NETWORK_ARGS
+        )
+    return dnf.packages(name=name, packages=packages, **NETWORK_ARGS)
+
+
+_CLUSTERS: dict[int, Cluster] = {}
+
+
+def current_cluster() -> Cluster:
+    """The validated cluster of the inventory pyinfra is running (validated once)."""
+    from pyinfra.context import ctx_inventory
+
+    from aicluster.inventory import cluster_from_pyinfra
+
+    inventory = ctx_inventory.get()
+    if id(inventory) not in _CLUSTERS:
+        _CLUSTERS[id(inventory)] = cluster_from_pyinfra(inventory)
+    return _CLUSTERS[id(inventory)]
+
+
+def refuse(problems: list[str]) -> None:
+    """Stop this host before any operation runs on it: log every problem and mark it
+    failed (pyinfra runs nothing on a failed host; the run exits non-zero)."""
+    for line in problems:
+        logger.error(f"{host.print_prefix}{line}")
+    ctx_state.get().fail_hosts({host})
+
+
+def write_config(
+    component: str,
+    items: list[dict],
+    v: Mapping[str, Any],
+    renderer_name: str,
+    *,
+    label: str,
+    netplan_file: str = NETPLAN_FILE,
+    prefix: str = PREFIX,
+    glob: str | None = None,
+    keep: Iterable[str] = (),
+    mgmt: Mapping[str, Any] | None = None,
+) -> None:
+    """Write ``items`` in ``renderer_name``'s format, remove our files the model no
+    longer has, apply only when something changed. ``mgmt`` set: the change touches
+    the management interface and is applied under a rollback timer."""
+    wanted = []
+    for f in render_files(items, renderer_name, netplan_file, prefix):
+        text = render("network", f["template"], {**v, "network_render_interfaces": items,
+                                                 "network_interface": f["interface"]})
+        wanted.append((f, text))
+    pattern = glob or file_glob(renderer_name)
+    present = host.get_fact(GlobPaths, pattern=pattern) or []
+    keep = set(keep) | {f["dest"] for f, _ in wanted}
+    stale = [p for p in present if p not in keep]
+    differs = [
+        f["dest"] for f, text in wanted
+        if host.get_fact(Sha1File, path=f["dest"]) != sha1_text(text)
+    ]
+    if not differs and not stale:
+        host.noop(f"{label}: the configuration is as wanted ({renderer_name})")
+        return
+    confirm = None
+    if mgmt is not None:
+        arm, confirm = rollback_commands(
+            renderer_name, [f["dest"] for f, _ in wanted] + stale, items,
+            v["network_rollback_seconds"],
+        )
+        server.shell(
+            name=f"Arm the network rollback ({v['network_rollback_seconds']} s): the "
+            f"management interface {mgmt['name']} changes",
+            commands=arm,
+        )
+    for f, text in wanted:
+        files.put(
+            name=f"{label}: write {f['dest']}",
+            src=StringIO(text),
+            dest=f["dest"],
+            mode=f["mode"],
+            user="root",
+            group="root",
+        )
+    for path in stale:
+        files.file(name=f"{label}: remove {path} (no longer in the inventory)", path=path,
+                   present=False)
+    server.shell(
+        name=f"{label}: apply the changed configuration ({renderer_name})",
+        commands=apply_commands(renderer_name, items),
+    )
+    if confirm:
+        server.shell(
+            name="The node answers after the change: confirm it (disarm the rollback)",
+            commands=[confirm],
+        )
+

@@ -1,0 +1,82 @@
+"""A component's variables for one host, engine-free: its defaults under the host's
+data, the distribution's vars, and the values derived from the whole inventory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aicluster.common.limits import NETWORK_RETRIES, NETWORK_TIMEOUT
+from aicluster.components import derive_module
+from aicluster.inventory import Cluster
+from aicluster.render import default_value, defaults, os_vars
+
+#: The pyinfra arguments that bound such an operation.
+NETWORK_ARGS = {"_timeout": NETWORK_TIMEOUT, "_retries": NETWORK_RETRIES}
+
+
+def unknown_keys(at: str, entry: Mapping[str, Any], known: Iterable[str]) -> list[str]:
+    """The error line for keys of an inventory entry the component does not know
+    (empty when there are none), naming the keys it does know."""
+    known = sorted(known)
+    unknown = sorted(map(str, set(entry) - set(known)))
+    if not unknown:
+        return []
+    return [f"{at}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}"]
+
+
+def layered(component: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The component's variables for one host: its defaults under the host's data."""
+    out = defaults(component)
+    for key in out:
+        if key in data:
+            out[key] = data[key]
+    return out
+
+
+def setting(component: str, data: Mapping[str, Any], key: str) -> Any:
+    """``layered(component, data)[key]`` without working out (and copying) the
+    component's other variables: for values read for every node by every node's deploy."""
+    value = default_value(component, key)  # KeyError for a key layered() would not have
+    return data[key] if key in data else value
+
+
+def os_family(distribution: Mapping[str, Any] | None) -> str:
+    """Ansible's ``ansible_os_family`` for pyinfra's LinuxDistribution fact."""
+    if not distribution:
+        raise ValueError("cannot tell the Linux distribution of this host")
+    meta = distribution.get("release_meta") or {}
+    ids = {str(meta.get("ID", "")).lower(), *str(meta.get("ID_LIKE", "")).lower().split()}
+    name = str(distribution.get("name") or "").lower()
+    if ids & {"debian", "ubuntu"} or name in ("debian", "ubuntu"):
+        return "Debian"
+    if ids & {"rhel", "fedora", "centos", "rocky", "almalinux"} or "rocky" in name:
+        return "RedHat"
+    raise ValueError(f"unsupported distribution {distribution.get('name')!r}")
+
+
+def derived(component: str, cluster: Cluster, host_name: str,
+            data: Mapping[str, Any]) -> dict[str, Any]:
+    """The component's values derived from the whole inventory for one host."""
+    module = derive_module(component)
+    if module is None or not hasattr(module, "derived_vars"):
+        return {}
+    return module.derived_vars(cluster, host_name, data)
+
+
+def template_vars(
+    component: str,
+    cluster: Cluster,
+    host_name: str,
+    data: Mapping[str, Any],
+    family: str,
+    **facts: Any,
+) -> dict[str, Any]:
+    """Everything a component's templates may use: defaults under host data, the OS
+    vars, the derived values, values read from the host, and ``inventory_hostname``."""
+    out = layered(component, data)
+    out.update(os_vars(component, family))
+    out.update(derived(component, cluster, host_name, data))
+    out.update(facts)
+    out["inventory_hostname"] = host_name
+    return out

@@ -1,0 +1,184 @@
+"""ceph: a Ceph cluster from the distribution's packages, bootstrapped by hand.
+
+Monitors (``ceph_mons``) are made from a generated monmap with managers beside them;
+OSDs (``ceph_osds``) on the devices each host's ``ceph_osd_devices`` names, with
+``ceph-volume`` (``raw`` mode, which needs no device-mapper, or ``lvm``); pools from
+``ceph_pools``; CephFS with an MDS on ``ceph_mds`` hosts; clients (``ceph_clients``)
+get ceph.conf, a restricted keyring and CephFS mounted.
+
+Defaults: roles/ceph/defaults/main.yml. Templates: roles/ceph/templates/.
+
+Secrets. The cluster's fsid and every cephx key (the monitors', client.admin's,
+client.bootstrap-osd's, each manager's and MDS's, the clients') are derived from ONE
+random secret generated once on the deploying machine (``secrets.ceph`` in the
+inventory, else ``~/.local/share/aicluster/<cluster_name>/ceph.secret``, mode 0600),
+as the munge key is: both engines compute the same keys with no state on the nodes,
+and no key is ever printed (keyrings are written mode 0600, owned by ceph).
+
+No data is lost: a device becomes an OSD only when the disk-safety rule allows it
+(:func:`aicluster.common.disks.check_devices`); a device already holding an OSD of
+THIS cluster (its bluestore label names our fsid, read with ``ceph-volume ... list``)
+is ours and left as it is. A host whose devices hold anything else is stopped before
+any operation runs on it. The Ansible role reaches the same decision (:func:`decide`)
+through its filter plugin.
+
+Order. Cluster-wide commands (``ceph auth import``, pools, ``ceph fs new``) run on the
+first monitor. pyinfra runs each operation on every host before the next one, as
+Ansible's linear strategy runs each task, so the operations are written in the order
+the cluster needs them: monitors, then keys, managers and MDS daemons, then OSDs, then
+pools and CephFS, then client mounts.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from io import BytesIO
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.server import LinuxDistribution
+from pyinfra.operations import files, server, systemd
+
+from aicluster.common.facts import BlockDevices
+from aicluster.common.ops import current_cluster, install_packages, put_template, refuse
+from aicluster.common.settings import os_family, template_vars
+from aicluster.components.ceph.derive import (
+    CONF,
+    FSTAB,
+    OSD_DEVICES_FILE,
+    OSD_TOOL,
+    OSD_UNIT,
+    cluster_key_commands,
+    decide,
+    mon_mkfs_command,
+    osd_wipe_command,
+    packages,
+    pool_commands,
+    secrets,
+)
+from aicluster.components.ceph.facts import CephState
+from aicluster.render import defaults
+from aicluster.secrets import SecretError
+
+
+@deploy("ceph", data_defaults=defaults("ceph"))
+def deploy() -> None:
+    cluster = current_cluster()
+    data = host.data.dict()
+    if "ceph" not in cluster.hosts[host.name].components():
+        return
+    distribution = host.get_fact(LinuxDistribution)
+    family = os_family(distribution)
+    v = template_vars("ceph", cluster, host.name, data, family)
+    r = v["ceph_roles"]
+    try:
+        keys = secrets(v["ceph_keys_ref"], v["ceph_keys_name"], v["ceph_keys_bytes"],
+                       v["ceph_fsid_setting"], v["ceph_entities"],
+                       host.name, r, v["ceph_client_name"])
+    except SecretError as exc:
+        refuse([f"host {host.name!r}: ceph: {exc}"])
+        return
+    v["ceph_fsid"] = keys["fsid"]
+    block = host.get_fact(BlockDevices, devices=v["ceph_osd_device_list"], paths=[]) \
+        if v["ceph_osd_device_list"] else {"lsblk": [], "devices": {}, "mounts": {}}
+    state = host.get_fact(CephState, request=v["ceph_fact_request"])
+    decided = decide(block, state, v["ceph_request"], keys["fsid"], keys["digests"])
+    if decided["problems"]:
+        refuse(decided["problems"])
+        return
+
+    if v["ceph_release_packages"]:
+        install_packages("Ceph's repository (release package)", v["ceph_release_packages"],
+                         family)
+    install_packages("Install Ceph", packages(v, distribution), family)
+    files.directory(name="Ceph's configuration directory", path="/etc/ceph")
+    # A changed ceph.conf restarts nothing: the daemons take the monitor map from the
+    # monitors, and read other settings when they are next restarted, one at a time
+    # (docs/components/ceph.md).
+    put_template("ceph", "ceph.conf.j2", CONF, v, name="ceph.conf")
+    for path, text in host.loop(keys["keyrings"].items()):
+        parent = path.rsplit("/", 1)[0]
+        if parent != "/etc/ceph":
+            files.directory(name=f"{parent} (owned by ceph)", path=parent, user="ceph",
+                            group="ceph", mode="750")
+        files.put(name=f"Keyring {path} (mode 0600, never shown)", src=BytesIO(text.encode()),
+                  dest=path, user="ceph", group="ceph", mode="600", create_remote_dir=False)
+
+    # pyinfra orders operations as a graph of each host's own sequence. The three
+    # cluster-wide steps below are each ONE operation called on every Ceph host (with
+    # commands on the first monitor only), so everything any host does before such a
+    # step comes before it, and everything after it after it: monitors before keys,
+    # keys before OSDs, OSDs before pools, CephFS before client mounts.
+    first = r["first_mon"]
+
+    # Monitors: made once from a generated monmap, then running (quorum forms when the
+    # ceph_mons hosts, made together, start together).
+    if r["mon"]:
+        if decided["mon_mkfs"]:
+            server.shell(name="Make this host's monitor (monmap, ceph-mon --mkfs)",
+                         commands=[mon_mkfs_command(keys["fsid"], host.name,
+                                                    v["ceph_mon_addrs"], v["ceph_msgr2"])])
+        systemd.service(name=f"ceph-mon@{host.name} running and enabled",
+                        service=f"ceph-mon@{host.name}", running=True, enabled=True)
+    server.shell(
+        name="Monitors in quorum, the cluster's keys registered (first monitor)",
+        commands=cluster_key_commands(v, decided) if first else [],
+    )
+    if r["mon"]:
+        systemd.service(name=f"ceph-mgr@{host.name} running and enabled",
+                        service=f"ceph-mgr@{host.name}", running=True, enabled=True)
+    if r["mds"]:
+        systemd.service(name=f"ceph-mds@{host.name} running and enabled",
+                        service=f"ceph-mds@{host.name}", running=True, enabled=True)
+    if r["osd"]:
+        _osds(v, decided)
+    if decided["targets_enable"]:
+        server.shell(name="Ceph's systemd targets enabled (daemons start at boot)",
+                     commands=[f"systemctl enable {' '.join(decided['targets_enable'])}"])
+
+    # Pools and CephFS, on the first monitor, once every host's OSDs exist.
+    server.shell(name="Pools (ceph_pools and CephFS's; first monitor)",
+                 commands=pool_commands(decided, v["ceph_command_timeout"]) if first else [])
+    server.shell(name="CephFS (ceph fs new, an MDS active; first monitor)",
+                 commands=v["ceph_fs_commands"] if first and decided["fs_create"] else [])
+    if v["ceph_cephfs_mount_path"]:
+        _mount(v, decided)
+
+
+def _osds(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
+    put_template("ceph", "aicluster-ceph-osd.j2", OSD_TOOL, v,
+                 name="The OSD tool (create and activate OSDs)", mode="755")
+    put_template("ceph", "aicluster-osd-devices.j2", OSD_DEVICES_FILE, v,
+                 name="This host's OSD devices")
+    unit = put_template("ceph", "aicluster-ceph-osds.service.j2", f"/etc/systemd/system/{OSD_UNIT}",
+                        v, name="Start the OSDs at boot (unit)")
+    systemd.daemon_reload(name="Reload systemd units (OSD unit changed)", _if=unit.did_change)
+    for device in host.loop(decided["osd_wipe"]):
+        server.shell(name=f"Wipe {device} (wipe: true in the inventory)",
+                     commands=[osd_wipe_command(device)])
+    for device in host.loop(decided["osd_create"]):
+        server.shell(name=f"Make an OSD on {device} (ceph-volume {v['ceph_osd_mode']})",
+                     commands=[f"{OSD_TOOL} create {shlex.quote(device)}"])
+    for device in host.loop(decided["osd_activate"]):
+        server.shell(name=f"Start the OSD on {device}",
+                     commands=[f"{OSD_TOOL} activate {shlex.quote(device)}"])
+    # Enabled (and so started: it activates every listed device) once the OSDs exist.
+    systemd.service(name=f"{OSD_UNIT} enabled", service=OSD_UNIT, running=True, enabled=True)
+
+
+
+def _mount(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
+    path = v["ceph_cephfs_mount_path"]
+    fstab = files.line(
+        name=f"Mount CephFS at {path} at boot (fstab, _netdev)",
+        path=FSTAB,
+        line=rf"^[^#[:space:]]+[[:space:]]+{path.replace('.', '[.]')}[[:space:]]",
+        replace=v["ceph_fstab_line"],
+        extended_regex=True,
+    )
+    systemd.daemon_reload(name="Reload systemd units (fstab changed)", _if=fstab.did_change)
+    files.directory(name=f"Mount point {path}", path=path)
+    if decided["mount"]:
+        server.shell(name=f"Mount CephFS at {path}", commands=[f"mount {shlex.quote(path)}"])

@@ -1,0 +1,833 @@
+"""The ceph component's values computed from the inventory, its checks of the inventory and
+its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansible role.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import shlex
+import struct
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aicluster.common.disks import cache_devices, check_devices, describe, osd_devices
+from aicluster.common.disks import command_text as block_command_text
+from aicluster.common.disks import parse as block_parse
+from aicluster.common.settings import layered, unknown_keys
+from aicluster.components.ceph.probe import command_text as ceph_command_text
+from aicluster.components.ceph.probe import parse as ceph_parse
+from aicluster.components.ceph.probe import request_text
+from aicluster.inventory import DEVICE_RE, Cluster
+from aicluster.secrets import read_secret
+
+CONF = "/etc/ceph/ceph.conf"
+ADMIN_KEYRING = "/etc/ceph/ceph.client.admin.keyring"
+#: mon. and every entity: what the monitors are made with (ceph-mon --mkfs).
+MON_KEYRING = "/etc/ceph/aicluster-mon.keyring"
+#: Every entity but mon.: what the first monitor registers (ceph auth import).
+AUTH_KEYRING = "/etc/ceph/aicluster-auth.keyring"
+BOOTSTRAP_OSD_KEYRING = "/var/lib/ceph/bootstrap-osd/ceph.keyring"
+MONMAP = "/var/lib/ceph/tmp/aicluster-monmap"
+OSD_TOOL = "/usr/local/sbin/aicluster-ceph-osd"
+OSD_DEVICES_FILE = "/etc/ceph/aicluster-osd-devices"
+OSD_UNIT = "aicluster-ceph-osds.service"
+FSTAB = "/etc/fstab"
+#: Keys of ceph.conf computed from the inventory: ceph_config may not set them.
+DERIVED_KEYS = ("fsid", "mon_initial_members", "mon_host", "public_network",
+                "cluster_network", "osd_pool_default_size", "osd_pool_default_min_size",
+                "osd_crush_chooseleaf_type", "mon_allow_pool_size_one")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+CLIENT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+PATH_RE = re.compile(r"^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+CONF_KEY_RE = re.compile(r"^[a-z][a-z0-9_ ]*$")
+SECTION_RE = re.compile(r"^(global|mon|mgr|osd|mds|client)(\.[A-Za-z0-9_.-]+)?$")
+#: The namespace the keys and the fsid are derived in (from the cluster's secret).
+KEY_CONTEXT = b"aicluster-ceph/"
+#: Ceph's CryptoKey header: type AES (1), created (seconds, nanoseconds), length 16.
+KEY_HEADER = struct.pack("<HIIH", 1, 0, 0, 16)
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the whole inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def ceph_hosts(cluster: Cluster) -> list[str]:
+    """Every host given the component, in inventory order."""
+    return [n for n, h in cluster.hosts.items() if "ceph" in h.components()]
+
+
+def first_mon(cluster: Cluster) -> str | None:
+    mons = cluster.group("ceph_mons")
+    return mons[0] if mons else None
+
+
+def cluster_data(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The cluster-wide settings: the first monitor's (set them for every Ceph host,
+    e.g. in group_data), else the given host's."""
+    mon = first_mon(cluster)
+    return layered("ceph", cluster.hosts[mon].data if mon else data)
+
+
+def address(cluster: Cluster, name: str, network: str) -> str | None:
+    h = cluster.hosts[name]
+    return h.address if network == "management" else h.network_address(network)
+
+
+def ceph_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
+    """The public network: ``ceph_network``, else storage when every Ceph host has an
+    address there, else fabric likewise, else management."""
+    chosen = cluster_data(cluster, data)["ceph_network"]
+    if chosen:
+        return str(chosen)
+    names = ceph_hosts(cluster)
+    for network in ("storage", "fabric"):
+        if network in cluster.spec.networks and names and all(
+            address(cluster, n, network) for n in names
+        ):
+            return network
+    return "management"
+
+
+def osd_hosts(cluster: Cluster) -> list[str]:
+    return list(cluster.group("ceph_osds"))
+
+
+def osd_count(cluster: Cluster) -> int:
+    """The OSDs the inventory names (ceph_osd_devices of the ceph_osds hosts)."""
+    return sum(len(osd_devices(cluster.hosts[n].data)) for n in osd_hosts(cluster))
+
+
+def default_size(cluster: Cluster, v: Mapping[str, Any]) -> int:
+    """Replicas of a pool: ``ceph_pool_default_size``, else one per OSD up to 3."""
+    if v["ceph_pool_default_size"] is not None:
+        return int(v["ceph_pool_default_size"])
+    return max(1, min(3, osd_count(cluster)))
+
+
+def failure_domain(cluster: Cluster, v: Mapping[str, Any]) -> str:
+    """``ceph_failure_domain``, else host when there are as many OSD hosts as replicas,
+    else osd (a single storage host keeps its replicas on different OSDs)."""
+    if v["ceph_failure_domain"]:
+        return str(v["ceph_failure_domain"])
+    return "host" if len(osd_hosts(cluster)) >= default_size(cluster, v) else "osd"
+
+
+def min_size(size: int) -> int:
+    """Ceph's own rule for min_size: size - size // 2."""
+    return size - size // 2
+
+
+def pools(cluster: Cluster, v: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pools to have: ``ceph_pools`` with their defaults filled in, then the CephFS
+    pools when ceph_mds has hosts (their application is set by ``ceph fs new``)."""
+    size = default_size(cluster, v)
+    out = []
+    for p in v["ceph_pools"] or []:
+        s = int(p.get("size") or size)
+        out.append({
+            "name": str(p["name"]),
+            "pg_num": int(p.get("pg_num") or v["ceph_pool_default_pg_num"]),
+            "size": s,
+            "min_size": int(p.get("min_size") or min_size(s)),
+            "application": str(p.get("application") or "rbd"),
+        })
+    if cluster.group("ceph_mds"):
+        for key, pg in (("ceph_cephfs_metadata_pool", "ceph_cephfs_metadata_pg_num"),
+                        ("ceph_cephfs_data_pool", "ceph_cephfs_data_pg_num")):
+            out.append({"name": str(v[key]), "pg_num": int(v[pg]), "size": size,
+                        "min_size": min_size(size), "application": ""})
+    return out
+
+
+def client_caps(v: Mapping[str, Any], cephfs: bool) -> dict[str, str]:
+    """client.<ceph_client_name>: read the cluster maps, use CephFS, read and write
+    its data pool and ceph_client_pools, nothing else."""
+    pool_names = ([str(v["ceph_cephfs_data_pool"])] if cephfs else []) + [
+        str(p) for p in v["ceph_client_pools"] or []
+    ]
+    caps = {"mon": "allow r"}
+    if cephfs:
+        caps["mds"] = "allow rw"
+    if pool_names:
+        caps["osd"] = ", ".join(f"allow rw pool={p}" for p in pool_names)
+    return caps
+
+
+def entities(cluster: Cluster, v: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The cephx entities of the cluster and their caps (no keys: see :func:`keys`)."""
+    out = [
+        {"entity": "client.admin", "caps": {"mds": "allow *", "mgr": "allow *",
+                                            "mon": "allow *", "osd": "allow *"}},
+        {"entity": "client.bootstrap-osd", "caps": {"mgr": "allow r",
+                                                    "mon": "profile bootstrap-osd"}},
+    ]
+    for name in cluster.group("ceph_mons"):
+        out.append({"entity": f"mgr.{name}", "caps": {"mds": "allow *",
+                                                      "mon": "allow profile mgr",
+                                                      "osd": "allow *"}})
+    for name in cluster.group("ceph_mds"):
+        out.append({"entity": f"mds.{name}", "caps": {"mds": "allow", "mgr": "allow profile mds",
+                                                      "mon": "allow profile mds",
+                                                      "osd": "allow rwx"}})
+    if cluster.group("ceph_clients"):
+        out.append({"entity": f"client.{v['ceph_client_name']}",
+                    "caps": client_caps(v, bool(cluster.group("ceph_mds")))})
+    return out
+
+
+def mon_addrs(cluster: Cluster, v: Mapping[str, Any], network: str) -> list[dict[str, str]]:
+    """Each monitor's name, address and address vector (msgr2 beside v1)."""
+    out = []
+    for name in cluster.group("ceph_mons"):
+        ip = address(cluster, name, network) or cluster.hosts[name].address
+        host_ip = f"[{ip}]" if ":" in ip else ip
+        vector = f"[v2:{host_ip}:3300,v1:{host_ip}:6789]" if v["ceph_msgr2"] else \
+            f"v1:{host_ip}:6789"
+        out.append({"name": name, "address": ip, "vector": vector})
+    return out
+
+
+def merge_config(default: Mapping[str, Any], user: Mapping[str, Any]) -> dict[str, dict]:
+    """``ceph_config`` over ``ceph_default_config``, section by section; a key set to
+    null is removed."""
+    out: dict[str, dict[str, Any]] = {s: dict(o or {}) for s, o in (default or {}).items()}
+    for section, options in (user or {}).items():
+        target = out.setdefault(section, {})
+        for key, value in (options or {}).items():
+            if value is None:
+                target.pop(key, None)
+            else:
+                target[key] = value
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def ceph_conf(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> list[dict]:
+    """ceph.conf as ``[{"name": section, "options": [[key, value], ...]}]``."""
+    v = layered("ceph", data)
+    c = cluster_data(cluster, data)
+    network = ceph_network(cluster, data)
+    mons = mon_addrs(cluster, c, network)
+    size = default_size(cluster, c)
+    derived: list[list[str]] = [
+        ["mon_initial_members", ", ".join(m["name"] for m in mons)],
+        ["mon_host", ",".join(m["vector"] for m in mons)],
+        ["public_network", str(cluster.spec.networks[network].subnet)],
+    ]
+    if c["ceph_cluster_network"]:
+        derived.append(
+            ["cluster_network", str(cluster.spec.networks[c["ceph_cluster_network"]].subnet)]
+        )
+    derived += [["osd_pool_default_size", str(size)],
+                ["osd_pool_default_min_size", str(min_size(size))],
+                ["osd_crush_chooseleaf_type",
+                 "1" if failure_domain(cluster, c) == "host" else "0"]]
+    if size == 1:
+        derived.append(["mon_allow_pool_size_one", "true"])
+    config = merge_config(v["ceph_default_config"], v["ceph_config"])
+    sections = [{"name": "global", "options": derived + [
+        [k, _text(o)] for k, o in config.pop("global", {}).items()
+    ]}]
+    for name, options in config.items():
+        if options:
+            sections.append({"name": name, "options": [[k, _text(o)] for k, o in options.items()]})
+    return sections
+
+
+def roles(cluster: Cluster, host_name: str) -> dict[str, bool]:
+    groups = cluster.hosts[host_name].groups
+    return {
+        "mon": "ceph_mons" in groups,
+        "osd": "ceph_osds" in groups,
+        "mds": "ceph_mds" in groups,
+        "client": "ceph_clients" in groups,
+        "first_mon": host_name == first_mon(cluster),
+    }
+
+
+def secret_ref(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, str]:
+    """Where the cluster's Ceph secret is: the inventory's secret, else a file on the
+    deploying machine, ``~/.local/share/aicluster/<cluster_name>/ceph.secret``."""
+    name = cluster_data(cluster, data)["ceph_keys_name"]
+    secret = cluster.spec.secrets.get(name)
+    if secret is not None:
+        return secret.model_dump(exclude_none=True)
+    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/ceph.secret"}
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("ceph", data)
+    c = cluster_data(cluster, data)
+    network = ceph_network(cluster, data)
+    r = roles(cluster, host_name)
+    devices = osd_devices(data) if r["osd"] else []
+    mount = str(v["ceph_cephfs_mount"]).rstrip("/") if (
+        r["client"] and cluster.group("ceph_mds") and v["ceph_cephfs_mount"]) else ""
+    mons = mon_addrs(cluster, c, network)
+    fs = None
+    if cluster.group("ceph_mds"):
+        fs = {"name": str(c["ceph_cephfs_name"]), "metadata": str(c["ceph_cephfs_metadata_pool"]),
+              "data": str(c["ceph_cephfs_data_pool"])}
+    targets = []
+    if r["mon"] or r["osd"] or r["mds"]:
+        targets.append("ceph.target")
+    targets += [t for t, role in (("ceph-mon.target", "mon"), ("ceph-mgr.target", "mon"),
+                                  ("ceph-mds.target", "mds"), ("ceph-osd.target", "osd"))
+                if r[role]]
+    fact = {
+        "host": host_name,
+        "targets": targets,
+        "mode": str(v["ceph_osd_mode"]),
+        "devices": [d["device"] for d in devices],
+        "cluster": r["first_mon"],
+        "mount": mount,
+        "timeout": int(c["ceph_command_timeout"]),
+    }
+    request = {
+        "host": host_name,
+        "roles": r,
+        "devices": devices,
+        "mode": str(v["ceph_osd_mode"]),
+        "entities": entities(cluster, c),
+        "pools": pools(cluster, c) if r["first_mon"] else [],
+        "fs": fs if r["first_mon"] else None,
+        "mount": mount,
+        "targets": targets,
+    }
+    return {
+        "ceph_roles": r,
+        "ceph_first_mon": first_mon(cluster) or "",
+        "ceph_public_network_name": network,
+        "ceph_mon_addrs": mons,
+        "ceph_conf_sections": ceph_conf(cluster, host_name, data),
+        "ceph_entities": entities(cluster, c),
+        "ceph_osd_device_list": [d["device"] for d in devices],
+        "ceph_request": request,
+        "ceph_fact_request": request_text(fact),
+        # What the Ansible role runs to read the node (the pyinfra facts' commands).
+        "ceph_fact_command": ceph_command_text(request_text(fact)),
+        "ceph_blockdevices_command": block_command_text([d["device"] for d in devices]),
+        "ceph_keys_ref": secret_ref(cluster, data),
+        "ceph_cephfs_mount_path": mount,
+        "ceph_cephfs": fs,
+        "ceph_fstab_line": fstab_line(v, mount, mons) if mount else "",
+        "ceph_fstab_regexp": rf"^[^#\s]+\s+{re.escape(mount)}\s" if mount else "",
+        "ceph_quorum_wait_command": quorum_wait_command(c),
+        "ceph_auth_import_command": f"{_ceph(c)} auth import -i {AUTH_KEYRING}",
+        "ceph_fs_commands": [fs_command(c, fs), mds_wait_command(c)] if fs else [],
+        "ceph_fsid_setting": str(c["ceph_fsid"] or ""),
+    }
+
+
+def fstab_line(v: Mapping[str, Any], mount: str, mons: list[dict[str, str]]) -> str:
+    """The client's CephFS line: ceph-fuse, or the kernel client."""
+    name = v["ceph_client_name"]
+    if v["ceph_cephfs_mount_type"] == "kernel":
+        return (f":/ {mount} ceph name={name},secretfile=/etc/ceph/ceph.client.{name}.secret,"
+                "_netdev,noatime 0 0")
+    return (f"none {mount} fuse.ceph ceph.id={name},ceph.conf={CONF},_netdev,defaults 0 0")
+
+
+# ---------------------------------------------------------------------------
+# Secrets: the fsid and every key, from the one secret (deploying machine only)
+# ---------------------------------------------------------------------------
+
+
+def derive_key(secret: bytes, entity: str) -> str:
+    """The cephx key of ``entity`` (Ceph's base64 CryptoKey: an AES key of 16 bytes)."""
+    raw = hmac.new(secret, KEY_CONTEXT + b"key/" + entity.encode(), hashlib.sha256).digest()
+    return base64.b64encode(KEY_HEADER + raw[:16]).decode()
+
+
+def derive_fsid(secret: bytes) -> str:
+    raw = hmac.new(secret, KEY_CONTEXT + b"fsid", hashlib.sha256).digest()
+    return str(uuid.UUID(bytes=raw[:16], version=4))
+
+
+def key_digest(key: str) -> str:
+    """What the node's fact prints for a key (never the key)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def keyring(entries: Iterable[Mapping[str, Any]]) -> str:
+    """A keyring file, as ceph-authtool writes it."""
+    lines = []
+    for e in entries:
+        lines.append(f"[{e['entity']}]")
+        lines.append(f"\tkey = {e['key']}")
+        for kind in sorted(e.get("caps") or {}):
+            lines.append(f'\tcaps {kind} = "{e["caps"][kind]}"')
+    return "\n".join(lines) + "\n"
+
+
+def secrets(ref: Mapping[str, Any], name: str, size: int, fsid: str,
+            wanted: Iterable[Mapping[str, Any]], host_name: str,
+            host_roles: Mapping[str, bool], client_name: str) -> dict[str, Any]:
+    """The fsid, this host's keyrings (text) and the key digests, from the cluster's
+    secret (generated once when the inventory names a file that does not exist).
+    Raises SecretError (naming the secret, never its value)."""
+    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size))
+    listed = [{**e, "key": derive_key(secret, e["entity"])} for e in wanted]
+    by_name = {e["entity"]: e for e in listed}
+    mon = {"entity": "mon.", "key": derive_key(secret, "mon."), "caps": {"mon": "allow *"}}
+    out: dict[str, Any] = {
+        "fsid": fsid or derive_fsid(secret),
+        "digests": {e["entity"]: key_digest(e["key"]) for e in listed},
+        "keyrings": {},
+    }
+    rings = out["keyrings"]
+    if host_roles.get("mon"):
+        rings[ADMIN_KEYRING] = keyring([by_name["client.admin"]])
+        rings[MON_KEYRING] = keyring([mon, *listed])
+        rings[AUTH_KEYRING] = keyring(listed)
+        rings[f"/var/lib/ceph/mgr/ceph-{host_name}/keyring"] = keyring(
+            [by_name[f"mgr.{host_name}"]])
+    if host_roles.get("osd"):
+        rings[BOOTSTRAP_OSD_KEYRING] = keyring([by_name["client.bootstrap-osd"]])
+    if host_roles.get("mds"):
+        rings[f"/var/lib/ceph/mds/ceph-{host_name}/keyring"] = keyring(
+            [by_name[f"mds.{host_name}"]])
+    if host_roles.get("client"):
+        entry = by_name[f"client.{client_name}"]
+        rings[f"/etc/ceph/ceph.client.{client_name}.keyring"] = keyring([entry])
+        rings[f"/etc/ceph/ceph.client.{client_name}.secret"] = entry["key"] + "\n"
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The decision (both engines): what the node and the cluster have, and what to do
+# ---------------------------------------------------------------------------
+
+
+def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
+           request: Mapping[str, Any], fsid: str,
+           digests: Mapping[str, str]) -> dict[str, Any]:
+    """What to do on one host, from its BlockDevices and CephState facts.
+
+    ``problems`` (lines naming the host, the device and what is on it: when any,
+    nothing at all is done on the host), ``mon_mkfs``, ``osd_wipe``, ``osd_create``,
+    ``osd_activate`` (devices), and on the first monitor ``auth_import``,
+    ``pools_create`` (pools), ``pools_set`` ([pool, key, value]), ``pools_app``
+    ([pool, application]), ``fs_create``; on a client, ``mount``."""
+    where = f"host {request['host']!r}: ceph"
+    r = request["roles"]
+    out: dict[str, Any] = {
+        "problems": [], "mon_mkfs": False, "osd_wipe": [], "osd_create": [],
+        "osd_activate": [], "auth_import": False, "pools_create": [], "pools_set": [],
+        "pools_app": [], "fs_create": False, "mount": False, "targets_enable": [],
+    }
+    problems: list[str] = []
+    out["mon_mkfs"] = bool(r["mon"]) and not state.get("mon")
+    if r["osd"] and request["devices"]:
+        kind = "LVM2_member" if request["mode"] == "lvm" else "ceph_bluestore"
+        checked = check_devices(blockdevices, request["devices"], [{"type": kind}])
+        problems += [f"{where}: {p}" for p in checked["problems"]]
+        osds = state.get("osds") or {}
+        for item in request["devices"]:
+            device = item["device"]
+            entry = checked["devices"][device]
+            if entry["state"] == "empty" and osds.get(device):
+                # ceph-volume finds an OSD that wipefs did not name: never "empty".
+                entry["state"] = "ours"
+            if entry["state"] == "empty":
+                out["osd_create"].append(device)
+            elif entry["state"] == "wipe":
+                out["osd_wipe"].append(device)
+                out["osd_create"].append(device)
+            elif entry["state"] == "ours":
+                osd = osds.get(device)
+                if osd and osd.get("ceph_fsid") == fsid:
+                    if not osd.get("running"):
+                        out["osd_activate"].append(device)
+                    continue
+                what = (f"an OSD of another Ceph cluster (fsid {osd.get('ceph_fsid')})"
+                        if osd else f"{describe([{'type': kind}])} that ceph-volume does not "
+                        "show as an OSD of this cluster (is ceph-volume installed?)")
+                if item.get("wipe"):
+                    out["osd_wipe"].append(device)
+                    out["osd_create"].append(device)
+                else:
+                    problems.append(
+                        f"{where}: {device} holds {what}; nothing is changed. If that data "
+                        "may be destroyed, set wipe: true on this device (ceph_osd_devices)"
+                    )
+    cluster = state.get("cluster") or {}
+    reachable = bool(cluster.get("reachable"))
+    if r["first_mon"]:
+        auth = cluster.get("auth") or {}
+        for e in request["entities"]:
+            have = auth.get(e["entity"])
+            if not reachable or not have or have.get("key") != digests.get(e["entity"]) \
+                    or dict(have.get("caps") or {}) != dict(e["caps"]):
+                out["auth_import"] = True
+        have_pools = cluster.get("pools") or {}
+        for p in request["pools"]:
+            have = have_pools.get(p["name"]) if reachable else None
+            if have is None:
+                out["pools_create"].append(p)
+                continue
+            for key in ("size", "min_size"):
+                if have.get(key) != p[key]:
+                    out["pools_set"].append([p["name"], key, p[key]])
+            if p["application"] and p["application"] not in (have.get("applications") or []):
+                out["pools_app"].append([p["name"], p["application"]])
+        fs = request.get("fs")
+        out["fs_create"] = bool(fs) and (not reachable or fs["name"] not in (
+            cluster.get("fs") or {}))
+    if request.get("mount"):
+        mounted = state.get("mounted")
+        if not mounted:
+            out["mount"] = True
+        elif "ceph" not in (mounted.get("fstype") or ""):
+            problems.append(
+                f"{where}: {request['mount']} already has {mounted.get('source') or 'something'}"
+                f" ({mounted.get('fstype') or 'unknown type'}) mounted; CephFS is not mounted "
+                "over it. Unmount it, or set ceph_cephfs_mount elsewhere"
+            )
+    out["targets_enable"] = [t for t in request.get("targets", [])
+                             if not (state.get("targets") or {}).get(t)]
+    out["problems"] = problems
+    if problems:
+        out.update(mon_mkfs=False, osd_wipe=[], osd_create=[], osd_activate=[],
+                   auth_import=False, pools_create=[], pools_set=[], pools_app=[],
+                   fs_create=False, mount=False, targets_enable=[])
+    return out
+
+
+def decide_from_output(block_lines: Iterable[str], ceph_lines: Iterable[str],
+                       request: Mapping[str, Any], fsid: str,
+                       digests: Mapping[str, str]) -> dict[str, Any]:
+    """:func:`decide` from the text the facts' commands printed (the Ansible filter)."""
+    return decide(block_parse(block_lines), ceph_parse(ceph_lines), request, fsid, digests)
+
+
+# ---------------------------------------------------------------------------
+# Commands (both engines run these texts)
+# ---------------------------------------------------------------------------
+
+
+def _ceph(v: Mapping[str, Any]) -> str:
+    return f"ceph --connect-timeout {int(v['ceph_command_timeout'])}"
+
+
+def mon_mkfs_command(fsid: str, name: str, mons: Iterable[Mapping[str, str]],
+                     msgr2: bool) -> str:
+    """The monitor's store: the running cluster's monmap when there is one (a monitor
+    added later), else a new one of every ceph_mons host; then ceph-mon --mkfs."""
+    add = " ".join(
+        (f"--addv {shlex.quote(m['name'])} {shlex.quote(m['vector'])}" if msgr2
+         else f"--add {shlex.quote(m['name'])} {shlex.quote(m['address'])}")
+        for m in mons
+    )
+    return " && ".join([
+        f"install -d -o ceph -g ceph -m 750 /var/lib/ceph/tmp /var/lib/ceph/mon/ceph-{name}",
+        f"( timeout 20 ceph --connect-timeout 10 mon getmap -o {MONMAP} 2>/dev/null"
+        f" || monmaptool --create --clobber --fsid {shlex.quote(fsid)} {add} {MONMAP} )",
+        f"chown ceph:ceph {MONMAP}",
+        f"runuser -u ceph -- ceph-mon --mkfs -i {shlex.quote(name)} --monmap {MONMAP} "
+        f"--keyring {MON_KEYRING}",
+        f"rm -f {MONMAP}",
+    ])
+
+
+def quorum_wait_command(v: Mapping[str, Any]) -> str:
+    t = int(v["ceph_command_timeout"])
+    return (f"timeout {t * 3} sh -c 'until ceph --connect-timeout 5 quorum_status "
+            ">/dev/null 2>&1; do sleep 2; done'")
+
+
+def mds_wait_command(v: Mapping[str, Any]) -> str:
+    t = int(v["ceph_command_timeout"])
+    fs = shlex.quote(str(v["ceph_cephfs_name"]))
+    return (f"timeout {t * 3} sh -c 'until ceph --connect-timeout 5 fs status {fs} 2>/dev/null "
+            "| grep -q active; do sleep 2; done'")
+
+
+def pool_commands(decided: Mapping[str, Any], timeout: int) -> list[str]:
+    """The commands that make the pools the first monitor lacks and set what differs."""
+    ceph = f"ceph --connect-timeout {int(timeout)}"
+    out = []
+    for p in decided["pools_create"]:
+        name = shlex.quote(p["name"])
+        sure = " --yes-i-really-mean-it" if p["size"] == 1 else ""
+        out += [
+            f"{ceph} osd pool create {name} {int(p['pg_num'])} {int(p['pg_num'])} replicated",
+            f"{ceph} osd pool set {name} size {int(p['size'])}{sure}",
+            f"{ceph} osd pool set {name} min_size {int(p['min_size'])}",
+        ]
+        if p["application"]:
+            out.append(f"{ceph} osd pool application enable {name} "
+                       f"{shlex.quote(p['application'])}")
+    for name, key, value in decided["pools_set"]:
+        sure = " --yes-i-really-mean-it" if key == "size" and int(value) == 1 else ""
+        out.append(f"{ceph} osd pool set {shlex.quote(name)} {key} {int(value)}{sure}")
+    for name, app in decided["pools_app"]:
+        out.append(f"{ceph} osd pool application enable {shlex.quote(name)} {shlex.quote(app)}")
+    return out
+
+
+def fs_command(v: Mapping[str, Any], fs: Mapping[str, str]) -> str:
+    ceph = _ceph(v)
+    return (f"{ceph} fs get {shlex.quote(fs['name'])} >/dev/null 2>&1 || {ceph} fs new "
+            f"{shlex.quote(fs['name'])} {shlex.quote(fs['metadata'])} {shlex.quote(fs['data'])}")
+
+
+def osd_wipe_command(device: str) -> str:
+    q = shlex.quote(device)
+    return (f"wipefs -a {q} && dd if=/dev/zero of={q} bs=1M count=10 oflag=direct "
+            "conv=fsync status=none")
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """ceph's own checks of the inventory (host and field named)."""
+    errors: list[str] = []
+    names = ceph_hosts(cluster)
+    if not names:
+        return errors
+    mons = cluster.group("ceph_mons")
+    first = names[0]
+    if not mons:
+        return [f"host {first!r}: groups: is in a ceph group, which needs at least one "
+                "ceph_mons host; the inventory has 0"]
+    c = cluster_data(cluster, {})
+    where_c = f"host {mons[0]!r}"
+    network = c["ceph_network"]
+    if network and network not in cluster.spec.networks:
+        errors.append(f"{where_c}: ceph_network: {network!r} is not a declared network "
+                      f"({', '.join(cluster.spec.networks)})")
+        return errors
+    public = ceph_network(cluster, {})
+    for name in names:
+        if public != "management" and not address(cluster, name, public):
+            errors.append(f"host {name!r}: ceph_network: has no address on the {public} "
+                          "network (hardware.nics, network_bonds or network_vlans)")
+    cnet = c["ceph_cluster_network"]
+    if cnet:
+        if cnet not in cluster.spec.networks:
+            errors.append(f"{where_c}: ceph_cluster_network: {cnet!r} is not a declared "
+                          f"network ({', '.join(cluster.spec.networks)})")
+        else:
+            for name in osd_hosts(cluster):
+                if not address(cluster, name, cnet):
+                    errors.append(f"host {name!r}: ceph_cluster_network: has no address on "
+                                  f"the {cnet} network")
+    fsid = c["ceph_fsid"]
+    if fsid:
+        try:
+            uuid.UUID(str(fsid))
+        except ValueError:
+            errors.append(f"{where_c}: ceph_fsid: {fsid!r} is not a UUID")
+    if not isinstance(c["ceph_keys_name"], str) or not c["ceph_keys_name"]:
+        errors.append(f"{where_c}: ceph_keys_name: must name an entry of secrets")
+    if not isinstance(c["ceph_msgr2"], bool):
+        errors.append(f"{where_c}: ceph_msgr2: {c['ceph_msgr2']!r} is not true or false")
+    count = osd_count(cluster)
+    domain = c["ceph_failure_domain"]
+    if domain not in ("", "host", "osd"):
+        errors.append(f"{where_c}: ceph_failure_domain: {domain!r} is not host or osd")
+    size = c["ceph_pool_default_size"]
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                             or not 1 <= size <= 10):
+        errors.append(f"{where_c}: ceph_pool_default_size: {size!r} is not a number of "
+                      "replicas (1-10) or null")
+    elif size is not None and size > count:
+        errors.append(f"{where_c}: ceph_pool_default_size: {size} replicas need {size} OSDs; "
+                      f"the ceph_osd_devices of ceph_osds name {count}")
+    elif domain == "host" and len(osd_hosts(cluster)) < default_size(cluster, c):
+        errors.append(f"{where_c}: ceph_failure_domain: host needs {default_size(cluster, c)} "
+                      f"OSD hosts for {default_size(cluster, c)} replicas; ceph_osds has "
+                      f"{len(osd_hosts(cluster))}")
+    errors += _check_pools(cluster, c, where_c, count)
+    if cluster.group("ceph_mds"):
+        for key in ("ceph_cephfs_name", "ceph_cephfs_data_pool", "ceph_cephfs_metadata_pool"):
+            if not NAME_RE.match(str(c[key])):
+                errors.append(f"{where_c}: {key}: {c[key]!r} is not a name (letters, digits, "
+                              "'_', '-', '.')")
+        if c["ceph_cephfs_data_pool"] == c["ceph_cephfs_metadata_pool"]:
+            errors.append(f"{where_c}: ceph_cephfs_data_pool: is the metadata pool too; "
+                          "CephFS needs two pools")
+        for key in ("ceph_cephfs_data_pg_num", "ceph_cephfs_metadata_pg_num"):
+            if not _pg(c[key]):
+                errors.append(f"{where_c}: {key}: {c[key]!r} is not a power of two")
+    if not CLIENT_RE.match(str(c["ceph_client_name"])) or c["ceph_client_name"] in (
+        "admin", "bootstrap-osd"
+    ):
+        errors.append(f"{where_c}: ceph_client_name: {c['ceph_client_name']!r} is not a "
+                      "client name of ours (lowercase letters, digits, '_', '-'; not admin)")
+    for p in c["ceph_client_pools"] or []:
+        if not NAME_RE.match(str(p)):
+            errors.append(f"{where_c}: ceph_client_pools: {p!r} is not a pool name")
+    for name in names:
+        errors += _check_host(cluster, name)
+    return errors
+
+
+def _pg(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1 and not (
+        value & (value - 1))
+
+
+def _check_pools(cluster: Cluster, c: Mapping[str, Any], where: str, count: int) -> list[str]:
+    errors: list[str] = []
+    entries = c["ceph_pools"]
+    if not isinstance(entries, list):
+        return [f"{where}: ceph_pools: must be a list of pools"]
+    seen: list[str] = []
+    reserved = [c["ceph_cephfs_data_pool"], c["ceph_cephfs_metadata_pool"]] if cluster.group(
+        "ceph_mds") else []
+    for i, p in enumerate(entries):
+        at = f"{where}: ceph_pools[{i}]"
+        if not isinstance(p, Mapping) or "name" not in p:
+            errors.append(f"{at}: must be a mapping with at least a name")
+            continue
+        errors += unknown_keys(at, p, {"name", "pg_num", "size", "min_size", "application"})
+        name = str(p["name"])
+        if not NAME_RE.match(name):
+            errors.append(f"{at}.name: {name!r} is not a pool name")
+        if name in seen:
+            errors.append(f"{at}.name: {name} is listed twice")
+        if name in reserved:
+            errors.append(f"{at}.name: {name} is the CephFS pool (ceph_cephfs_*_pool)")
+        seen.append(name)
+        if "pg_num" in p and not _pg(p["pg_num"]):
+            errors.append(f"{at}.pg_num: {p['pg_num']!r} is not a power of two")
+        size = p.get("size")
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 10:
+                errors.append(f"{at}.size: {size!r} is not a number of replicas (1-10)")
+                size = None
+            elif size > count:
+                errors.append(f"{at}.size: {size} replicas need {size} OSDs; the "
+                              f"ceph_osd_devices of ceph_osds name {count}")
+        ms = p.get("min_size")
+        if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int) or ms < 1
+                               or (size is not None and ms > size)):
+            errors.append(f"{at}.min_size: {ms!r} must be between 1 and the pool's size")
+        app = p.get("application")
+        if app is not None and not re.match(r"^[a-z][a-z0-9_-]{0,31}$", str(app)):
+            errors.append(f"{at}.application: {app!r} is not an application name (rbd, rgw, "
+                          "cephfs ...)")
+    return errors
+
+
+def _check_host(cluster: Cluster, name: str) -> list[str]:
+    errors: list[str] = []
+    h = cluster.hosts[name]
+    where = f"host {name!r}"
+    v = layered("ceph", h.data)
+    r = roles(cluster, name)
+    entries = v["ceph_osd_devices"]
+    if entries and not r["osd"]:
+        errors.append(f"{where}: ceph_osd_devices: is set but the host is not in ceph_osds")
+    if not isinstance(entries, list):
+        errors.append(f"{where}: ceph_osd_devices: must be a list of {{device, wipe}}")
+        entries = []
+    if r["osd"] and not entries:
+        errors.append(f"{where}: ceph_osd_devices: the host is in ceph_osds but names no "
+                      "device (give [{device: /dev/disk/by-id/..., wipe: false}])")
+    seen: list[str] = []
+    cache = set()
+    if "nvme_cache" in h.components():
+        cache = {d["device"] for d in cache_devices(cluster, name, h.data)}
+    for i, e in enumerate(entries):
+        at = f"{where}: ceph_osd_devices[{i}]"
+        if isinstance(e, str):
+            e = {"device": e}
+        if not isinstance(e, Mapping) or "device" not in e:
+            errors.append(f"{at}: must be a device path or {{device, wipe}}")
+            continue
+        errors += unknown_keys(at, e, {"device", "wipe"})
+        dev = str(e["device"])
+        parts = dev.split("/")[1:]
+        if not DEVICE_RE.match(dev) or any(p in ("", ".", "..") for p in parts):
+            errors.append(f"{at}.device: {dev!r} is not a block device path (use "
+                          "/dev/disk/by-id/...)")
+        elif dev in seen:
+            errors.append(f"{at}.device: {dev} is listed twice")
+        elif dev in cache:
+            errors.append(f"{at}.device: {dev} is also the host's NVMe cache drive "
+                          "(nvme_cache_devices); a device has one use")
+        seen.append(dev)
+        if "wipe" in e and not isinstance(e["wipe"], bool):
+            errors.append(f"{at}.wipe: {e['wipe']!r} is not true or false")
+    if v["ceph_osd_mode"] not in ("raw", "lvm"):
+        errors.append(f"{where}: ceph_osd_mode: {v['ceph_osd_mode']!r} is not raw or lvm")
+    if r["client"]:
+        mount = v["ceph_cephfs_mount"]
+        if mount and not cluster.group("ceph_mds"):
+            errors.append(f"{where}: ceph_cephfs_mount: CephFS needs an MDS (a ceph_mds host); "
+                          "add one, or set ceph_cephfs_mount to \"\"")
+        if mount and (not PATH_RE.match(str(mount)) or ".." in str(mount).split("/")):
+            errors.append(f"{where}: ceph_cephfs_mount: {mount!r} is not an absolute path")
+        if v["ceph_cephfs_mount_type"] not in ("fuse", "kernel"):
+            errors.append(f"{where}: ceph_cephfs_mount_type: {v['ceph_cephfs_mount_type']!r} "
+                          "is not fuse or kernel")
+    config = v["ceph_config"]
+    if not isinstance(config, Mapping):
+        errors.append(f"{where}: ceph_config: must map sections to options")
+    else:
+        for section, options in config.items():
+            if not SECTION_RE.match(str(section)) or not isinstance(options, Mapping):
+                errors.append(f"{where}: ceph_config.{section}: must be a ceph.conf section "
+                              "(global, mon, mgr, osd, mds, client[.NAME]) of options")
+                continue
+            for key, value in options.items():
+                if not CONF_KEY_RE.match(str(key)):
+                    errors.append(f"{where}: ceph_config.{section}.{key}: not an option name")
+                elif str(key).replace(" ", "_") in DERIVED_KEYS:
+                    errors.append(f"{where}: ceph_config.{section}.{key}: is computed from the "
+                                  "inventory; set it through the ceph_* settings instead")
+                elif isinstance(value, (dict, list)) or "\n" in str(value):
+                    errors.append(f"{where}: ceph_config.{section}.{key}: must be one value")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+
+def packages(v: Mapping[str, Any], distribution: Mapping[str, Any] | None) -> list[str]:
+    """What this host installs: the common tools, and each of its roles' daemons."""
+    r = v["ceph_roles"]
+    out = list(v["ceph_common_packages"])
+    if r["mon"]:
+        out += v["ceph_mon_packages"]
+    if r["osd"]:
+        out += v["ceph_osd_packages"]
+        if str((distribution or {}).get("name", "")).lower() == "ubuntu":
+            out += v["ceph_osd_ubuntu_packages"]
+        if v["ceph_osd_mode"] == "lvm":
+            out += v["ceph_osd_lvm_packages"]
+    if r["mds"]:
+        out += v["ceph_mds_packages"]
+    if r["client"] and v["ceph_cephfs_mount_path"] and v["ceph_cephfs_mount_type"] == "fuse":
+        out += v["ceph_fuse_packages"]
+    return list(dict.fromkeys(out))
+
+
+def cluster_key_commands(v: Mapping[str, Any], decided: Mapping[str, Any]) -> list[str]:
+    """On the first monitor: wait for quorum after the monitors were made, and register
+    the keys the cluster lacks (ceph auth import)."""
+    out = []
+    if decided["mon_mkfs"]:
+        out.append(v["ceph_quorum_wait_command"])
+    if decided["auth_import"]:
+        out.append(v["ceph_auth_import_command"])
+    return out
+

@@ -1,0 +1,111 @@
+"""What the ceph component reads on a node: the shell commands and the parsing of what they
+print, engine-free (the pyinfra facts in facts.py and the Ansible role both use them).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+PROGRAM = r'''
+import hashlib, json, os, subprocess, sys
+a = json.loads(sys.argv[1])
+t = str(a.get("timeout", 60))
+def run(argv, timeout=120, env=None):
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout if p.returncode == 0 else None
+def js(argv, timeout=120, env=None):
+    text = run(argv, timeout, env)
+    try:
+        return json.loads(text) if text and text.strip() else None
+    except ValueError:
+        return None
+out = {"mon": os.path.exists("/var/lib/ceph/mon/ceph-%s/keyring" % a["host"]),
+       "osds": {}, "mounted": None, "cluster": None}
+have_cv = any(os.access(os.path.join(d, "ceph-volume"), os.X_OK)
+              for d in ("/usr/sbin", "/usr/bin", "/sbin", "/bin"))
+lvm = None
+if have_cv and a["mode"] == "lvm":
+    lvm = js(["ceph-volume", "lvm", "list", "--format", "json"])
+for dev in a["devices"]:
+    real = os.path.realpath(dev)
+    found = None
+    if have_cv and os.path.exists(real):
+        if a["mode"] == "lvm":
+            for osd_id, parts in (lvm or {}).items():
+                for part in parts:
+                    if real in part.get("devices", []) and part.get("type") == "block":
+                        tags = part.get("tags", {})
+                        found = {"ceph_fsid": tags.get("ceph.cluster_fsid", ""),
+                                 "osd_id": int(osd_id), "osd_uuid": tags.get("ceph.osd_fsid", "")}
+        else:
+            # ceph-volume skips loop devices unless told (a loop device named in the
+            # inventory is a stand-in disk: the testbed's).
+            env = dict(os.environ, CEPH_VOLUME_ALLOW_LOOP_DEVICES="1") \
+                if real.startswith("/dev/loop") else None
+            listed = js(["ceph-volume", "raw", "list", real, "--format", "json"],
+                        env=env) or {}
+            for osd in listed.values():
+                found = {k: osd.get(k) for k in ("ceph_fsid", "osd_id", "osd_uuid")}
+    if found is not None:
+        unit = "ceph-osd@%s" % found["osd_id"]
+        found["running"] = run(["systemctl", "is-active", "--quiet", unit]) is not None
+    out["osds"][dev] = found
+if a.get("cluster") and os.path.exists("/etc/ceph/ceph.conf") \
+        and os.path.exists("/etc/ceph/ceph.client.admin.keyring"):
+    ceph = ["ceph", "--connect-timeout", t, "-f", "json"]
+    auth = js(ceph + ["auth", "ls"], int(t) + 10)
+    if auth is not None:
+        pools = js(ceph + ["osd", "pool", "ls", "detail"]) or []
+        fs = js(ceph + ["fs", "ls"]) or []
+        out["cluster"] = {
+            "reachable": True,
+            "auth": {e["entity"]: {"key": hashlib.sha256(e.get("key", "").encode()).hexdigest(),
+                                   "caps": e.get("caps", {})}
+                     for e in auth.get("auth_dump", [])},
+            "pools": {p["pool_name"]: {"size": p.get("size"), "min_size": p.get("min_size"),
+                                       "pg_num": p.get("pg_num"),
+                                       "applications": sorted(p.get("application_metadata") or {})}
+                      for p in pools},
+            "fs": {f["name"]: {"metadata_pool": f.get("metadata_pool"),
+                               "data_pools": f.get("data_pools", [])} for f in fs},
+        }
+    else:
+        out["cluster"] = {"reachable": False}
+out["targets"] = {t: (run(["systemctl", "is-enabled", t]) or "").strip() == "enabled"
+                  for t in a.get("targets", [])}
+if a.get("mount"):
+    text = run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", "-M", a["mount"]])
+    if text and text.strip():
+        source, _, fstype = text.strip().partition(" ")
+        out["mounted"] = {"source": source, "fstype": fstype.strip()}
+print("@@ceph " + json.dumps(out, sort_keys=True))
+'''
+
+
+def request_text(args: dict[str, Any]) -> str:
+    """What to read, as the fact's one (hashable) argument: host, mode, devices,
+    cluster (bool), mount, timeout."""
+    return json.dumps(args, sort_keys=True)
+
+
+def command_text(request: str) -> str:
+    """The shell that reads the node (root: ceph-volume and the admin keyring)."""
+    return f"python3 -c {shlex.quote(PROGRAM)} {shlex.quote(request)}"
+
+
+def parse(lines) -> dict[str, Any]:
+    """The JSON the program printed (the default when nothing could be read)."""
+    for line in lines:
+        line = str(line)
+        if line.startswith("@@ceph "):
+            try:
+                return json.loads(line[len("@@ceph "):])
+            except ValueError:
+                break
+    return {"mon": False, "osds": {}, "mounted": None, "cluster": None}
+

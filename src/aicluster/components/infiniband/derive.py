@@ -1,0 +1,181 @@
+"""The infiniband component's values computed from the inventory, its checks of the inventory and
+its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansible role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aicluster.common import netconf
+from aicluster.common.settings import layered, setting
+from aicluster.components.infiniband.probe import PORTS_COMMAND
+from aicluster.inventory import Cluster
+
+SUBNET_MANAGERS = ("opensm", "switch")
+IPOIB_MODULES_FILE = "/etc/modules-load.d/aicluster-ipoib.conf"
+IPOIB_NETPLAN_FILE = f"{netconf.NETPLAN_DIR}/61-aicluster-ipoib.yaml"
+IPOIB_PREFIX = "61-aicluster-ipoib-"
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the whole inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def opensm_hosts(cluster: Cluster) -> list[tuple[str, int]]:
+    """(host, priority) of the ib_nodes that run opensm, highest priority first."""
+    out = []
+    for name in cluster.group("ib_nodes"):
+        data = cluster.hosts[name].data
+        prio = setting("infiniband", data, "infiniband_opensm_priority")
+        manager = setting("infiniband", data, "infiniband_subnet_manager")
+        if manager == "opensm" and isinstance(prio, int) and not isinstance(prio, bool):
+            out.append((name, prio))
+    return sorted(out, key=lambda hp: (-hp[1], hp[0]))
+
+
+def opensm_settings(v: Mapping[str, Any], priority: int) -> dict[str, Any]:
+    """opensm.conf as a merged dict: defaults, the user's, and the node's priority."""
+    merged = {**(v["infiniband_opensm_default_config"] or {}),
+              **(v["infiniband_opensm_config"] or {})}
+    merged["sm_priority"] = priority
+    return {k: merged[k] for k in sorted(merged) if merged[k] is not None}
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("infiniband", data)
+    hw = cluster.hosts[host_name].spec.hardware
+    sms = opensm_hosts(cluster)
+    mine = dict(sms).get(host_name)
+    role = ""
+    if mine is not None:
+        role = "primary" if sms[0][0] == host_name else "standby"
+    return {
+        "infiniband_declared_ports": [{"device": p.device, "port": p.port} for p in hw.ib_ports],
+        "infiniband_ipoib_ports": [
+            {"device": p.device, "port": p.port, "network": p.network,
+             "addresses": [f"{p.address}/{cluster.spec.networks[p.network].subnet.prefixlen}"]
+             if p.address is not None and p.network in cluster.spec.networks else [],
+             "mode": p.mode, "mtu": p.mtu}
+            for p in hw.ib_ports if p.network
+        ],
+        "infiniband_opensm_here": mine is not None,
+        "infiniband_opensm_role": role,
+        "infiniband_opensm_hosts": [h for h, _ in sms],
+        "infiniband_opensm_settings": opensm_settings(v, mine if mine is not None else 0),
+        "infiniband_fact_command": PORTS_COMMAND,
+    }
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """infiniband's own checks of the inventory (host and field named)."""
+    errors: list[str] = []
+    nodes = cluster.group("ib_nodes")
+    for name in nodes:
+        h = cluster.hosts[name]
+        v = layered("infiniband", h.data)
+        where = f"host {name!r}"
+        sm = v["infiniband_subnet_manager"]
+        if sm not in SUBNET_MANAGERS:
+            errors.append(f"{where}: infiniband_subnet_manager: {sm!r} is not one of "
+                          f"{', '.join(SUBNET_MANAGERS)}")
+        prio = v["infiniband_opensm_priority"]
+        if prio is not None:
+            if isinstance(prio, bool) or not isinstance(prio, int) or not 0 <= prio <= 15:
+                errors.append(f"{where}: infiniband_opensm_priority: {prio!r} is not an "
+                              "opensm priority (0-15, the primary highest)")
+            elif sm == "switch":
+                errors.append(f"{where}: infiniband_opensm_priority: set while "
+                              "infiniband_subnet_manager is 'switch' (the switch runs the "
+                              "subnet manager); remove one of them")
+        for key in ("infiniband_opensm_config", "infiniband_opensm_default_config"):
+            conf = v[key] or {}
+            if not isinstance(conf, Mapping):
+                errors.append(f"{where}: {key}: must be a mapping of opensm.conf option to "
+                              "value")
+                continue
+            for option, value in conf.items():
+                if option == "sm_priority":
+                    errors.append(f"{where}: {key}.sm_priority: set it with "
+                                  "infiniband_opensm_priority")
+                elif not isinstance(option, str) or not option.replace("_", "").isalnum():
+                    errors.append(f"{where}: {key}: {option!r} is not an opensm option name")
+                elif value is not None and ("\n" in str(value) or str(value) == ""):
+                    errors.append(f"{where}: {key}.{option}: {value!r} is not a value")
+        limit = layered("base", h.data)["base_memlock_limit"]
+        if str(limit) != "unlimited":
+            errors.append(f"{where}: base_memlock_limit: {limit!r}; RDMA registers pinned "
+                          "memory, so ib_nodes need 'unlimited'")
+    sms = opensm_hosts(cluster)
+    with_ports = [n for n in nodes if cluster.hosts[n].spec.hardware.ib_ports]
+    managed = [n for n in with_ports
+               if layered("infiniband", cluster.hosts[n].data)["infiniband_subnet_manager"]
+               == "opensm"]
+    if managed and not sms:
+        errors.append(
+            f"host {managed[0]!r}: infiniband_opensm_priority: the fabric has no subnet "
+            "manager: give one node (two for a standby) an opensm priority, or set "
+            "infiniband_subnet_manager: switch when a managed switch runs it"
+        )
+    prios = [p for _, p in sms]
+    for name, prio in sms[1:]:
+        if prio == prios[0]:
+            errors.append(f"host {name!r}: infiniband_opensm_priority: {prio} is also "
+                          f"{sms[0][0]!r}'s; give the standby a lower priority than the primary")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+
+def missing_ports(host_name: str, declared: list[Mapping[str, Any]],
+                  found: list[Mapping[str, Any]]) -> str | None:
+    """Why the deploy stops when the node lacks HCA ports the inventory declares."""
+    have = {(f["device"], f["port"]) for f in found}
+    missing = [f"{d['device']} port {d['port']}" for d in declared
+               if (d["device"], d["port"]) not in have]
+    if not missing:
+        return None
+    seen = ", ".join(f"{f['device']} port {f['port']}" for f in found) or "none"
+    return (
+        f"infiniband: host {host_name!r}: the inventory declares {len(declared)} InfiniBand "
+        f"port(s) (hardware.ib_ports), the node has {len(declared) - len(missing)} of them; "
+        f"not found: {', '.join(missing)} (the node has: {seen})"
+    )
+
+
+def with_netdevs(ports: list[Mapping[str, Any]], found: list[Mapping[str, Any]]) -> list[dict]:
+    """The IPoIB ports with the network interface the node has on each."""
+    netdev = {(f["device"], f["port"]): f.get("netdev") for f in found}
+    return [{**p, "netdev": netdev.get((p["device"], p["port"]))} for p in ports]
+
+
+def opensm_decision(v: Mapping[str, Any], found: list[Mapping[str, Any]]) -> tuple[bool, str]:
+    """(run opensm here, why) from the inventory and the node's ports."""
+    ib = [f for f in found if f.get("link_layer") == "InfiniBand"]
+    if v["infiniband_subnet_manager"] == "switch":
+        return False, "the fabric's managed switch runs the subnet manager " \
+                      "(infiniband_subnet_manager: switch)"
+    if not v["infiniband_opensm_here"]:
+        hosts = ", ".join(v["infiniband_opensm_hosts"]) or "no node"
+        return False, f"not a subnet manager node (opensm runs on {hosts})"
+    if not found:
+        return False, "this node has no InfiniBand HCA (/sys/class/infiniband is empty), " \
+                      "so opensm would have no port to manage"
+    if not ib:
+        return False, "this node's RDMA ports are RoCE (Ethernet link layer), which needs no " \
+                      "subnet manager"
+    return True, f"{v['infiniband_opensm_role']} subnet manager, priority " \
+                 f"{v['infiniband_opensm_settings']['sm_priority']}"
+
+
+def ipoib_glob(renderer_name: str) -> str:
+    if renderer_name == "netplan":
+        return IPOIB_NETPLAN_FILE
+    if renderer_name == "networkd":
+        return f"{netconf.NETWORKD_DIR}/{IPOIB_PREFIX}*"
+    return f"{netconf.NM_DIR}/{IPOIB_PREFIX}*.nmconnection"
+

@@ -1,0 +1,509 @@
+"""The k3s component's values computed from the inventory, its checks of the inventory and
+its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansible role.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from aicluster import artifacts
+from aicluster.common.netconf import interfaces
+from aicluster.common.settings import layered
+from aicluster.components.k3s.probe import BINARY, TOKEN_FILE, command_text
+from aicluster.inventory import NETWORK_NAMES, VERSION_RE, Cluster
+from aicluster.secrets import read_secret
+
+CONFIG_DIR = "/etc/rancher/k3s"
+CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
+UNIT_DIR = "/etc/systemd/system"
+#: The release binary as shipped, beside the one in use until the rollout swaps it.
+STAGED_BINARY = "/usr/local/lib/aicluster/k3s/k3s"
+#: The node's rollout helper (install the staged binary, restart, wait until Ready).
+TOOL = "/usr/local/sbin/aicluster-k3s"
+IMAGES_DIR = "/var/lib/rancher/k3s/agent/images"
+MANIFESTS_DIR = "/var/lib/rancher/k3s/server/manifests"
+#: The auto-deploy manifests of GPU clusters (written on every server).
+MANIFESTS = {
+    "aicluster-nvidia-runtimeclass.yaml": "nvidia-runtimeclass.yaml.j2",
+    "aicluster-nvidia-device-plugin.yaml": "nvidia-device-plugin.yaml.j2",
+}
+#: The label GPU nodes register with; the device plugin DaemonSet selects it.
+GPU_LABEL = "nvidia.com/gpu.present=true"
+#: Annotation that marks a cordon as the k3s rollout's (never an admin's cordon).
+ANNOTATION = "aicluster.io/k3s-rollout"
+#: The secret's name in the inventory's ``secrets``.
+TOKEN_SECRET = "k3s_token"
+TOKEN_CONTEXT = b"aicluster k3s cluster token v1"
+#: config.yaml keys aicluster computes (the inventory sets them another way).
+COMPUTED_KEYS = {
+    "node-name": "the inventory host name",
+    "node-ip": "k3s_network",
+    "flannel-iface": "k3s_network (the interface holding the node address)",
+    "server": "k3s_servers and k3s_registration_address",
+    "cluster-init": "the number of k3s_servers (three or more: embedded etcd)",
+    "token": "secrets.k3s_token",
+    "token-file": "secrets.k3s_token",
+    "agent-token": "secrets.k3s_token",
+    "agent-token-file": "secrets.k3s_token",
+    "node-label": "k3s_node_labels",
+    "https-listen-port": "k3s_api_port",
+}
+#: Where k3s listens when the inventory does not say (k3s's own default is every
+#: address): the node's address on k3s_network (docs/components/k3s.md, "Addresses and
+#: ports").
+BIND_KEY = "bind-address"
+CONFIG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+LABEL_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+    r"=([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+)
+HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:@-]*$")
+#: Settings every k3s node must share.
+CLUSTER_KEYS = ("k3s_version", "k3s_network", "k3s_registration_address", "k3s_api_port",
+                "k3s_nvidia_device_plugin_image")
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the whole inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def servers(cluster: Cluster) -> list[str]:
+    return list(cluster.group("k3s_servers"))
+
+
+def agents(cluster: Cluster) -> list[str]:
+    return [h for h in cluster.group("k3s_agents") if h not in cluster.group("k3s_servers")]
+
+
+def k3s_hosts(cluster: Cluster) -> list[str]:
+    """Every k3s node in rollout order: servers (the first first), then agents."""
+    return [*servers(cluster), *agents(cluster)]
+
+
+def _node_address(cluster: Cluster, name: str, network: str) -> str | None:
+    h = cluster.hosts[name]
+    return h.address if network == "management" else h.network_address(network)
+
+
+def k3s_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
+    """The network k3s runs on: the inventory's ``k3s_network``, or fabric when every
+    k3s node has an address there, else management."""
+    chosen = layered("k3s", data)["k3s_network"]
+    if chosen:
+        return str(chosen)
+    nodes = k3s_hosts(cluster)
+    if nodes and all(_node_address(cluster, h, "fabric") for h in nodes):
+        return "fabric"
+    return "management"
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def token_ref(cluster: Cluster) -> dict[str, str]:
+    """Where the cluster token is: the inventory's ``secrets.k3s_token``, else a file on
+    the deploying machine, ``~/.local/share/aicluster/<cluster_name>/k3s-token``."""
+    secret = cluster.spec.secrets.get(TOKEN_SECRET)
+    if secret is not None:
+        return secret.model_dump(exclude_none=True)
+    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/k3s-token"}
+
+
+def has_gpus(cluster: Cluster, name: str) -> bool:
+    """Whether the host has NVIDIA GPUs for k3s to offer (a stand-in GPU, vendor
+    "standin", is none: no NVIDIA runtime, label or device plugin for it)."""
+    gpus = cluster.hosts[name].spec.hardware.gpus
+    return gpus.count > 0 and gpus.vendor == "nvidia"
+
+
+def node_config(v: Mapping[str, Any], *, role: str, host_name: str, node_ip: str,
+                iface: str, cluster_init: bool, server_url: str, gpu: bool,
+                tls_san: list[str], api_port: int = 6443) -> dict[str, Any]:
+    """config.yaml as a dict: the defaults, the inventory's ``k3s_config`` over them (a
+    null value drops a key), then what aicluster computes. ``bind-address`` is the node
+    address unless the settings name one (or drop it with null: k3s's own default,
+    every address)."""
+    out: dict[str, Any] = dict(v["k3s_default_config"] or {})
+    if role == "server":
+        out.update(v["k3s_server_default_config"] or {})
+    dropped = set()
+    for key, value in (v["k3s_config"] or {}).items():
+        if value is None:
+            out.pop(key, None)
+            dropped.add(key)
+        else:
+            out[key] = value
+    if BIND_KEY not in out and BIND_KEY not in dropped:
+        out[BIND_KEY] = node_ip
+    out["node-name"] = host_name
+    out["node-ip"] = node_ip
+    if role == "server":
+        out["https-listen-port"] = int(api_port)
+    out["token-file"] = TOKEN_FILE
+    if iface:
+        out["flannel-iface"] = iface
+    if cluster_init:
+        out["cluster-init"] = True
+    if server_url:
+        out["server"] = server_url
+    if role == "server" and tls_san:
+        out["tls-san"] = [*[s for s in out.get("tls-san") or [] if s not in tls_san], *tls_san]
+    labels = [*(v["k3s_node_labels"] or []), *([GPU_LABEL] if gpu else [])]
+    if labels:
+        out["node-label"] = list(dict.fromkeys(labels))
+    return out
+
+
+def admin_server(cluster: Cluster, host_name: str) -> str:
+    """The server that cordons, drains and uncordons ``host_name``: the first server
+    that is not the node itself (the node itself in a one-server cluster)."""
+    others = [s for s in servers(cluster) if s != host_name]
+    return others[0] if others else host_name
+
+
+def drain_command(node: str, timeout: int) -> str:
+    """Run on a server: cordon and drain ``node`` unless an administrator cordoned it
+    (the annotation marks the cordon as the rollout's, so only ours is lifted)."""
+    k = "k3s kubectl"
+    q = shlex.quote(node)
+    return (
+        f"if ! {k} get node {q} >/dev/null 2>&1; then echo '{node}: not registered yet; "
+        "nothing to drain'; "
+        f"elif [ \"$({k} get node {q} -o jsonpath='{{.spec.unschedulable}}')\" = true ] && "
+        f"[ -z \"$({k} get node {q} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
+        f"k3s-rollout}}')\" ]; then echo '{node}: cordoned by an administrator; it stays "
+        f"cordoned'; else {k} annotate --overwrite node {q} {ANNOTATION}=upgrade && "
+        f"{k} cordon {q} && {k} drain {q} --ignore-daemonsets --delete-emptydir-data "
+        f"--timeout={int(timeout)}s; fi"
+    )
+
+
+def uncordon_command(node: str) -> str:
+    k = "k3s kubectl"
+    q = shlex.quote(node)
+    return (
+        f"if [ -n \"$({k} get node {q} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
+        f"k3s-rollout}}' 2>/dev/null)\" ]; then {k} uncordon {q} && {k} annotate node {q} "
+        f"{ANNOTATION}-; else echo '{node}: not cordoned by the rollout; left as it is'; fi"
+    )
+
+
+# ---------------------------------------------------------------------------
+# Inventory checks
+# ---------------------------------------------------------------------------
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """k3s's own checks of the inventory (host and field named)."""
+    errors: list[str] = artifacts.validate(cluster, "k3s")  # its release pins
+    nodes = k3s_hosts(cluster)
+    if not nodes:
+        return errors
+    agent_group = set(cluster.group("k3s_agents"))
+    for name in servers(cluster):
+        if name in agent_group:
+            errors.append(
+                f"host {name!r}: groups: is in both k3s_servers and k3s_agents; a server "
+                "runs workloads too: name it in k3s_servers only"
+            )
+    srv = servers(cluster)
+    if len(srv) == 2:
+        errors.append(
+            f"host {srv[1]!r}: groups: k3s_servers has 2 hosts; embedded etcd needs a "
+            "majority, so two servers fail when either does: give 1 server (SQLite) or "
+            "3 or more (embedded etcd)"
+        )
+    first = nodes[0]
+    first_v = layered("k3s", cluster.hosts[first].data)
+    gpu_nodes = set(cluster.group("gpu_nodes"))
+    for name in nodes:
+        data = cluster.hosts[name].data
+        v = layered("k3s", data)
+        where = f"host {name!r}"
+        version = v["k3s_version"]
+        if not version or not isinstance(version, str) or not VERSION_RE.match(version):
+            errors.append(
+                f"{where}: k3s_version: {version!r} is not a k3s release (like "
+                "'1.36.4+k3s1', without the leading v); pin it in group_data"
+            )
+        for key in CLUSTER_KEYS:
+            if name != first and v[key] != first_v[key]:
+                errors.append(
+                    f"{where}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
+                    f"{first!r}; it must be the same on every k3s node (set it in group_data)"
+                )
+        network = v["k3s_network"]
+        if network:
+            if network not in NETWORK_NAMES or network not in cluster.spec.networks:
+                errors.append(
+                    f"{where}: k3s_network: {network!r} is not a network of this inventory; "
+                    f"declared: {', '.join(cluster.spec.networks)}"
+                )
+            elif not _node_address(cluster, name, network):
+                errors.append(
+                    f"{where}: k3s_network: the host has no address on the {network} "
+                    "network (node-ip); give it one in hardware.nics, or choose another "
+                    "k3s_network"
+                )
+        reg = v["k3s_registration_address"]
+        if reg and not _address_or_name(reg):
+            errors.append(f"{where}: k3s_registration_address: {reg!r} is not an IP "
+                          "address or a DNS name")
+        port = v["k3s_api_port"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            errors.append(f"{where}: k3s_api_port: {port!r} is not a port (1-65535)")
+        for key in ("k3s_ready_timeout", "k3s_drain_timeout", "k3s_token_bytes"):
+            value = v[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                errors.append(f"{where}: {key}: {value!r} is not a positive integer")
+        if isinstance(v["k3s_token_bytes"], int) and 0 < v["k3s_token_bytes"] < 16:
+            errors.append(f"{where}: k3s_token_bytes: {v['k3s_token_bytes']} is too few "
+                          "for a cluster secret; give 16 or more")
+        for key in ("k3s_default_config", "k3s_server_default_config", "k3s_config"):
+            errors += _check_config(where, key, v[key])
+        labels = v["k3s_node_labels"]
+        if not isinstance(labels, list) or not all(
+            isinstance(x, str) and LABEL_RE.match(x) for x in labels
+        ):
+            errors.append(f"{where}: k3s_node_labels: must be a list of 'key=value' node "
+                          "labels such as 'topology.kubernetes.io/zone=rack1'")
+        if has_gpus(cluster, name):
+            if name not in gpu_nodes:
+                errors.append(
+                    f"{where}: hardware.gpus: the host has GPUs and runs k3s but is not in "
+                    "gpu_nodes; add it there so the nvidia component installs the driver "
+                    "and the container toolkit k3s's containerd uses"
+                )
+            elif data.get("nvidia_container_toolkit") is False:
+                errors.append(
+                    f"{where}: nvidia_container_toolkit: false, but the host runs k3s with "
+                    "GPUs: k3s's containerd needs the NVIDIA container runtime"
+                )
+            image = v["k3s_nvidia_device_plugin_image"]
+            if not image:
+                errors.append(
+                    f"{where}: k3s_nvidia_device_plugin_image: not set, and the host runs "
+                    "k3s with GPUs; name NVIDIA's k8s-device-plugin image (or your "
+                    "registry's copy) in group_data"
+                )
+            elif not isinstance(image, str) or not IMAGE_RE.match(image):
+                errors.append(f"{where}: k3s_nvidia_device_plugin_image: {image!r} is not "
+                              "an image reference")
+    return errors
+
+
+def _address_or_name(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        return bool(HOST_RE.match(value))
+
+
+def _check_config(where: str, key: str, config: Any) -> list[str]:
+    if not isinstance(config, Mapping):
+        return [f"{where}: {key}: must be a mapping of k3s settings (config.yaml keys)"]
+    errors = []
+    for name, value in config.items():
+        if not isinstance(name, str) or not CONFIG_KEY_RE.match(name):
+            errors.append(f"{where}: {key}: {name!r} is not a k3s setting name "
+                          "(lowercase letters, digits and '-', as in 'disable')")
+        elif name in COMPUTED_KEYS:
+            errors.append(
+                f"{where}: {key}.{name}: aicluster sets {name} itself (from "
+                f"{COMPUTED_KEYS[name]}); remove it here"
+            )
+        elif not _config_value(value):
+            errors.append(f"{where}: {key}.{name}: {value!r} is not a string, number, "
+                          "boolean or list of strings")
+        elif name == BIND_KEY and value is not None and not _ip_address(value):
+            errors.append(f"{where}: {key}.{name}: {value!r} is not an IP address (k3s "
+                          "listens on one address, or on every address with 0.0.0.0 or ::)")
+    return errors
+
+
+def _ip_address(value: Any) -> bool:
+    try:
+        ipaddress.ip_address(str(value))
+        return True
+    except ValueError:
+        return False
+
+
+def _config_value(value: Any) -> bool:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    return isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value)
+
+
+# ---------------------------------------------------------------------------
+# The token (deploying machine only) and the decision (both engines)
+# ---------------------------------------------------------------------------
+
+
+def token_text(secret: bytes) -> str:
+    """The cluster token from the secret: a secret of printable text (an existing
+    cluster's token in an environment variable) as it is; random bytes (the file made
+    on the first deploy) as a hex digest derived from them."""
+    try:
+        text = secret.decode("ascii").strip()
+    except UnicodeDecodeError:
+        text = ""
+    if text and text.isprintable() and not any(c.isspace() for c in text):
+        return text
+    return hmac.new(secret, TOKEN_CONTEXT, hashlib.sha256).hexdigest()
+
+
+def cluster_token(ref: Mapping[str, Any], size: int) -> str:
+    """The cluster token (generated once when the inventory names a file that does not
+    exist). Raises SecretError naming the secret, never its value."""
+    return token_text(read_secret({TOKEN_SECRET: dict(ref)}, TOKEN_SECRET,
+                                  generate_bytes=int(size)))
+
+
+def token_file_text(token: str) -> str:
+    return token + "\n"
+
+
+def token_digest(token: str) -> str:
+    """What the node's fact prints for the token file (never the token)."""
+    return hashlib.sha256(token_file_text(token).encode()).hexdigest()
+
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    m = re.match(r"^v?(\d+)\.(\d+)\.", str(version or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def decide(v: Mapping[str, Any], node: Mapping[str, Any], digest: str) -> dict[str, Any]:
+    """What to do on one node, from the inventory's values, its K3sNode fact and the
+    digest of the cluster token.
+
+    ``action``: ``start`` (k3s does not run: put the binary in place, enable, start,
+    wait until Ready), ``upgrade`` (it runs another binary: drain, swap, restart, wait,
+    uncordon), ``restart`` (it runs the wanted binary: restarted, and waited for, only
+    when its config, unit or token file changes); ``iface``: flannel's interface
+    (the inventory's, else the node's); ``problems``: why nothing may be done here.
+    """
+    name = v["inventory_hostname"]
+    problems = []
+    files_ = v.get("k3s_artifact_files") or {}
+    wanted = (files_.get("k3s") or {}).get("sha256", "")
+    running = node.get("active") in ("active", "activating", "reloading")
+    have = _minor(node.get("version"))
+    want = _minor(v["k3s_version"])
+    if running and node.get("binary") and node.get("binary") != wanted and have and want:
+        if want < have:
+            problems.append(
+                f"host {name!r}: k3s_version: {v['k3s_version']} is older than the "
+                f"{node.get('version')} the node runs; Kubernetes cannot be downgraded"
+            )
+        elif want[0] != have[0] or want[1] > have[1] + 1:
+            problems.append(
+                f"host {name!r}: k3s_version: {v['k3s_version']} skips a minor version "
+                f"after the {node.get('version')} the node runs; Kubernetes upgrades one "
+                "minor version at a time: pin each minor release in turn"
+            )
+    if running and node.get("token") and node.get("token") != digest:
+        problems.append(
+            f"host {name!r}: secrets.k3s_token: the node runs k3s with another cluster "
+            f"token ({TOKEN_FILE}); a running cluster's token is changed with `k3s token "
+            "rotate` on a server, then the secret updated to match, never by a deploy"
+        )
+    iface = v["k3s_flannel_iface"] or node.get("iface") or ""
+    if running:
+        action = "upgrade" if node.get("binary") != wanted else "restart"
+    else:
+        action = "start"
+    return {"action": action, "iface": iface, "problems": problems}
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+#: Per pyinfra state: hosts whose rollout began, and those where it ended well.
+_STARTED: dict[int, set[str]] = {}
+_DONE: dict[int, set[str]] = {}
+
+
+
+def interface_name(cluster: Cluster, host_name: str, network: str) -> str:
+    """The kernel name of the interface holding the host's address on ``network``, when
+    the inventory gives it (a NIC by name, a bond, a VLAN); "" when it gives a NIC by
+    MAC only or the port is IPoIB (the deploy then reads it from the node)."""
+    if network == "management":
+        return ""
+    for item in interfaces(cluster, host_name, cluster.hosts[host_name].data):
+        if item.get("network") == network and item.get("addresses") and item.get("name"):
+            return str(item["name"])
+    return ""
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("k3s", data)
+    srv = servers(cluster)
+    role = "server" if host_name in srv else "agent"
+    first = srv[0] if srv else host_name
+    first_data = cluster.hosts[first].data
+    first_v = layered("k3s", first_data)
+    network = k3s_network(cluster, first_data)
+    node_ip = _node_address(cluster, host_name, network) or cluster.hosts[host_name].address
+    first_ip = _node_address(cluster, first, network) or cluster.hosts[first].address
+    registration = str(first_v["k3s_registration_address"] or "")
+    port = int(first_v["k3s_api_port"])
+    cluster_init = host_name == first and len(srv) >= 3
+    # The first server joins nobody (not even the address in front of the servers).
+    server_url = "" if host_name == first else (
+        f"https://{_url_host(registration or first_ip)}:{port}")
+    iface = interface_name(cluster, host_name, network)
+    gpu = has_gpus(cluster, host_name)
+    config = node_config(
+        v, role=role, host_name=host_name, node_ip=node_ip, iface=iface,
+        cluster_init=cluster_init, server_url=server_url, gpu=gpu,
+        tls_san=[registration] if registration else [], api_port=port,
+    )
+    unit = "k3s" if role == "server" else "k3s-agent"
+    admin = admin_server(cluster, host_name)
+    return {
+        "k3s_cluster_name": cluster.spec.cluster_name,
+        "k3s_role": role,
+        "k3s_unit": unit,
+        "k3s_first_server": first,
+        "k3s_cluster_init": cluster_init,
+        "k3s_server_url": server_url,
+        "k3s_network_name": network,
+        "k3s_node_ip": node_ip,
+        "k3s_flannel_iface": iface,
+        "k3s_node_config": config,
+        "k3s_gpu": gpu,
+        "k3s_gpu_cluster": any(has_gpus(cluster, h) for h in k3s_hosts(cluster)),
+        "k3s_rollout_order": k3s_hosts(cluster),
+        "k3s_admin_server": admin,
+        "k3s_drain_command": drain_command(host_name, int(v["k3s_drain_timeout"])),
+        "k3s_uncordon_command": uncordon_command(host_name),
+        "k3s_token_ref": token_ref(cluster),
+        "k3s_token_file": TOKEN_FILE,
+        "k3s_config_file": CONFIG_FILE,
+        "k3s_binary": BINARY,
+        "k3s_staged_binary": STAGED_BINARY,
+        "k3s_tool": TOOL,
+        "k3s_images_dir": IMAGES_DIR,
+        "k3s_manifests_dir": MANIFESTS_DIR,
+        "k3s_manifests": dict(MANIFESTS),
+        # What the Ansible role runs to read the node (the pyinfra fact's command).
+        "k3s_fact_command": command_text(unit, node_ip),
+        **artifacts.derived_vars(cluster, host_name, "k3s", data),
+    }
+

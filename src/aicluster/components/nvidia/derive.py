@@ -1,0 +1,397 @@
+"""The nvidia component's values computed from the inventory, its checks of the inventory and
+its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansible role.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from aicluster.common.settings import (
+    layered,
+)
+from aicluster.components.nvidia.probe import FACT_COMMAND, turing_or_newer
+from aicluster.inventory import Cluster
+
+DRIVER_SCRIPT = "/usr/local/sbin/aicluster-nvidia-driver"
+APT_PIN = "/etc/apt/preferences.d/aicluster-nvidia"
+UNATTENDED = "/etc/apt/apt.conf.d/51aicluster-nvidia"
+PEERMEM_CONF = "/etc/modules-load.d/aicluster-nvidia-peermem.conf"
+
+#: The first PCI device id of Blackwell: these GPUs run only with the open modules.
+BLACKWELL_FIRST_DEVICE = 0x2900
+#: The CUDA repository's directory per distribution (ID, major version).
+REPO_DISTROS = {
+    ("ubuntu", "22"): "ubuntu2204",
+    ("ubuntu", "24"): "ubuntu2404",
+    ("debian", "12"): "debian12",
+    ("rhel", "9"): "rhel9",
+    ("redhat", "9"): "rhel9",  # Ansible's name for RHEL
+    ("rocky", "9"): "rhel9",
+    ("almalinux", "9"): "rhel9",
+}
+REPO_ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "sbsa", "arm64": "sbsa"}
+#: Annotation that marks a k3s node cordoned by this deploy (never an admin's cordon).
+K3S_ANNOTATION = "aicluster.io/nvidia-drain"
+
+AUTO_BOOL = ("auto", True, False)
+#: The variables :func:`decide` reads (defaults, OS vars, derived values).
+DECIDE_KEYS = (
+    "nvidia_source", "nvidia_driver_branch", "nvidia_driver_version",
+    "nvidia_open_kernel_modules", "nvidia_cuda_version", "nvidia_fabric_manager",
+    "nvidia_peermem", "nvidia_persistenced", "nvidia_dcgm", "nvidia_container_toolkit",
+    "nvidia_driver_packages", "nvidia_fabric_manager_packages", "nvidia_module_streams",
+    "nvidia_dcgm_packages", "nvidia_container_toolkit_packages", "nvidia_cuda_package",
+    "nvidia_lock_packages", "nvidia_package_version_suffix", "nvidia_expected_gpus",
+    "nvidia_gpu_model", "nvidia_gpu_vendor", "nvidia_nvswitch_declared", "nvidia_ib_declared",
+)
+
+
+# ---------------------------------------------------------------------------
+# Inventory checks and derived values (both engines)
+# ---------------------------------------------------------------------------
+
+
+def wanted(v: Mapping[str, Any]) -> str:
+    """The driver version wanted: the exact version, else the branch."""
+    return str(v["nvidia_driver_version"] or v["nvidia_driver_branch"])
+
+
+def version_matches(installed: str, want: str) -> bool:
+    """Whether a driver version (570.133.20) is the one wanted (exact, or of a branch)."""
+    return bool(installed) and (installed == want or installed.startswith(f"{want}."))
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """nvidia's own checks of the inventory (host and field named)."""
+    errors = []
+    batch_sizes: dict[str, Any] = {}
+    for name in cluster.group("gpu_nodes"):
+        if name not in cluster.hosts:
+            continue
+        v = layered("nvidia", cluster.hosts[name].data)
+        where = f"host {name!r}"
+        first = next(iter(batch_sizes.items()), None)
+        batch_sizes.setdefault(name, v["nvidia_upgrade_batch_size"])
+        if first is not None and first[1] != v["nvidia_upgrade_batch_size"]:
+            errors.append(
+                f"{where}: nvidia_upgrade_batch_size: {v['nvidia_upgrade_batch_size']!r} "
+                f"differs from {first[1]!r} on host {first[0]!r}; driver changes go one batch "
+                "size for the whole cluster (set it in group_data)"
+            )
+        if v["nvidia_source"] not in ("cuda_repo", "distribution"):
+            errors.append(
+                f"{where}: nvidia_source: {v['nvidia_source']!r} is not 'cuda_repo' or "
+                "'distribution'"
+            )
+        url = v["nvidia_cuda_repo_url"]
+        gpus = cluster.hosts[name].spec.hardware.gpus
+        if gpus.vendor == "nvidia" and gpus.count and v["nvidia_source"] == "cuda_repo" and not (
+            isinstance(url, str) and re.match(r"^(https?|file)://[^\s]+$", url)
+        ):
+            errors.append(
+                f"{where}: nvidia_cuda_repo_url: {'not set' if not url else repr(url)}; with "
+                "nvidia_source 'cuda_repo' give the URL of NVIDIA's CUDA repository or of "
+                "your site's mirror of it (the directory holding ubuntu2204/, rhel9/ ...)"
+            )
+        branch = v["nvidia_driver_branch"]
+        if not isinstance(branch, str) or not re.match(r"^[0-9]{3,4}$", branch):
+            errors.append(
+                f"{where}: nvidia_driver_branch: {branch!r} is not a driver branch "
+                "(a string such as '570')"
+            )
+        version = v["nvidia_driver_version"]
+        if version:
+            if not isinstance(version, str) or not re.match(r"^[0-9]+(\.[0-9]+){1,2}$", version):
+                errors.append(
+                    f"{where}: nvidia_driver_version: {version!r} is not a driver version "
+                    "(such as '570.133.20')"
+                )
+            elif isinstance(branch, str) and not version.startswith(f"{branch}."):
+                errors.append(
+                    f"{where}: nvidia_driver_version: {version} is not of "
+                    f"nvidia_driver_branch {branch}"
+                )
+        cuda = v["nvidia_cuda_version"]
+        if cuda and (not isinstance(cuda, str) or not re.match(r"^[0-9]+\.[0-9]+$", cuda)):
+            errors.append(
+                f"{where}: nvidia_cuda_version: {cuda!r} is not a CUDA version such as '12.8'"
+            )
+        for var in ("nvidia_open_kernel_modules", "nvidia_fabric_manager", "nvidia_peermem"):
+            if v[var] not in AUTO_BOOL or v[var] in (0, 1) and not isinstance(v[var], bool):
+                errors.append(f"{where}: {var}: {v[var]!r} is not 'auto', true or false")
+        for var in ("nvidia_persistenced", "nvidia_dcgm", "nvidia_container_toolkit"):
+            if not isinstance(v[var], bool):
+                errors.append(f"{where}: {var}: {v[var]!r} is not true or false")
+        for var, low in (
+            ("nvidia_upgrade_batch_size", 1),
+            ("nvidia_drain_timeout", 0),
+            ("nvidia_reboot_timeout", 60),
+        ):
+            value = v[var]
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                errors.append(f"{where}: {var}: {value!r} is not an integer >= {low}")
+    return errors
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    h = cluster.hosts[host_name]
+    gpus = h.spec.hardware.gpus
+    v = layered("nvidia", data)
+    k3s = [s for s in cluster.group("k3s_servers") if s != host_name]
+    is_k3s = host_name in (*cluster.group("k3s_servers"), *cluster.group("k3s_agents"))
+    return {
+        "nvidia_expected_gpus": gpus.count,
+        "nvidia_gpu_model": gpus.model,
+        "nvidia_gpu_vendor": gpus.vendor,
+        "nvidia_nvswitch_declared": gpus.nvswitch,
+        "nvidia_ib_declared": bool(h.spec.hardware.ib_ports),
+        # The k3s server that cordons and drains this node (none: no k3s here).
+        "nvidia_k3s_server": (k3s[0] if k3s else host_name) if is_k3s else "",
+        "nvidia_k3s_cordon_command": k3s_cordon_command(host_name, v),
+        "nvidia_k3s_uncordon_command": k3s_uncordon_command(host_name),
+        # What the Ansible role runs to read the node (the pyinfra fact's command), and
+        # the variables it hands to decide() (through its filter plugin).
+        "nvidia_fact_command": FACT_COMMAND,
+        "nvidia_decide_keys": list(DECIDE_KEYS),
+    }
+
+
+# ---------------------------------------------------------------------------
+# What to do on a node (both engines)
+# ---------------------------------------------------------------------------
+
+
+def _subst(text: str, v: Mapping[str, Any]) -> str:
+    return str(text).replace("{branch}", str(v["nvidia_driver_branch"]))
+
+
+def _auto(value: Any, detected: bool) -> bool:
+    """``auto`` -> what was detected; else the value as a boolean (Ansible's extra vars
+    give "false" as text)."""
+    if value == "auto":
+        return detected
+    if isinstance(value, str):
+        return value.strip().lower() in ("yes", "on", "1", "true")
+    return bool(value)
+
+
+def decide(
+    v: Mapping[str, Any],
+    node: Mapping[str, Any],
+    host_name: str,
+    distro_id: str,
+    installed_packages: list[str] | None = None,
+) -> dict[str, Any]:
+    """What the nvidia component does on a node.
+
+    ``v``: the role's variables for the node (defaults, OS vars, derived values);
+    ``node``: :func:`aicluster.components.nvidia.facts.parse` of what the node shows;
+    ``distro_id``: the distribution's id (``ubuntu``, ``debian``, ``rocky``);
+    ``installed_packages``: names of the packages installed on the node.
+
+    ``action`` is ``skip`` (nothing NVIDIA here; ``message`` says why), ``stop``
+    (this host stops with ``message``), ``install`` (no driver yet: install, reboot,
+    verify), ``change`` (another driver is installed or loaded: drain, install,
+    reboot, verify, resume) or ``none`` (the driver wanted is installed and loaded).
+    """
+    have = set(installed_packages or [])
+    pci = list(node.get("pci_gpus") or [])
+    count = int(v["nvidia_expected_gpus"])
+    model = str(v["nvidia_gpu_model"])
+    out: dict[str, Any] = {"action": "skip", "message": "", "wanted": wanted(v)}
+    where = f"nvidia: host {host_name!r}"
+    devices = ", ".join(f"10de:{g['device'][2:]} at {g['address']}" for g in pci) or "none"
+
+    if v["nvidia_gpu_vendor"] == "standin":
+        out["message"] = (
+            f"{host_name}: skipped: hardware.gpus declares a stand-in ({count} x {model!r}, "
+            f"vendor 'standin'), not an NVIDIA GPU; NVIDIA GPUs on the PCI bus: {len(pci)}; "
+            "nothing installed"
+        )
+        return out
+    if not pci and not count:
+        out["message"] = f"{host_name}: skipped: no NVIDIA GPU on the PCI bus or in the inventory"
+        return out
+    if len(pci) != count:
+        out["action"] = "stop"
+        out["message"] = (
+            f"{where}: hardware.gpus: the inventory declares {count} x {model}, the node shows "
+            f"{len(pci)} NVIDIA GPU(s) on its PCI bus ({devices}); correct hardware.gpus.count "
+            "or the node before deploying it"
+        )
+        return out
+    smi = list(node.get("smi") or [])
+    if node.get("loaded") and smi and len(smi) != count:
+        out["action"] = "stop"
+        out["message"] = (
+            f"{where}: hardware.gpus: the inventory declares {count} x {model}, nvidia-smi "
+            f"sees {len(smi)} ({', '.join(g['name'] + ' ' + g['bus_id'] for g in smi)}); "
+            "a GPU is lost (see nvidia-smi and the kernel log)"
+        )
+        return out
+
+    ids = [g["device"] for g in pci]
+    blackwell = any(int(d, 16) >= BLACKWELL_FIRST_DEVICE for d in ids)
+    choice = v["nvidia_open_kernel_modules"]
+    use_open = _auto(choice, bool(turing_or_newer(ids, model)))
+    if blackwell and not use_open:
+        out["action"] = "stop"
+        out["message"] = (
+            f"{where}: nvidia_open_kernel_modules: the node's GPUs ({devices}) are Blackwell, "
+            "which runs only with the open kernel modules; set it to 'auto' or true"
+        )
+        return out
+    flavour = "open" if use_open else "proprietary"
+    source = "cuda_repo" if v["nvidia_source"] == "cuda_repo" else distro_id
+    table = v["nvidia_driver_packages"] or {}
+    if source not in table:
+        out["action"] = "stop"
+        out["message"] = (
+            f"{where}: nvidia_source: {distro_id or 'this distribution'} ships no NVIDIA "
+            "driver packages aicluster knows; use nvidia_source 'cuda_repo'"
+        )
+        return out
+    packages = [_subst(p, v) for p in table[source][flavour]]
+    suffix = str(v["nvidia_package_version_suffix"])
+    if v["nvidia_driver_version"] and suffix:
+        packages = [p + suffix.replace("{version}", str(v["nvidia_driver_version"]))
+                    for p in packages]
+    fm_wanted = _auto(v["nvidia_fabric_manager"],
+                      bool(node.get("nvswitches")) or bool(v["nvidia_nvswitch_declared"]))
+    fm_package = ""
+    if fm_wanted:
+        fm_package = _subst((v["nvidia_fabric_manager_packages"] or {}).get(source, ""), v)
+        if not fm_package:
+            out["action"] = "stop"
+            out["message"] = (
+                f"{where}: nvidia_fabric_manager: the node has NVSwitches, and "
+                f"{distro_id}'s own packages have no Fabric Manager; use nvidia_source "
+                "'cuda_repo'"
+            )
+            return out
+    streams = v["nvidia_module_streams"] or {}
+    stream = _subst(streams[flavour], v) if source == "cuda_repo" and flavour in streams else ""
+
+    installed, loaded = str(node.get("installed") or ""), str(node.get("loaded") or "")
+    want = wanted(v)
+    if not installed and not loaded:
+        action = "install"
+    elif (
+        version_matches(installed, want)
+        and version_matches(loaded, want)
+        and installed == loaded
+        and bool(node.get("open_modules")) == use_open
+    ):
+        action = "none"
+    else:
+        action = "change"
+    extra: list[str] = list(v["nvidia_lock_packages"] or [])
+    if v["nvidia_dcgm"]:
+        extra += v["nvidia_dcgm_packages"]
+    if v["nvidia_container_toolkit"]:
+        extra += v["nvidia_container_toolkit_packages"]
+    if v["nvidia_cuda_version"]:
+        major, minor = str(v["nvidia_cuda_version"]).split(".")
+        extra.append(str(v["nvidia_cuda_package"]).replace("{major}", major)
+                     .replace("{minor}", minor))
+    services = []
+    if v["nvidia_persistenced"]:
+        services.append("nvidia-persistenced")
+    if fm_package:
+        services.append("nvidia-fabricmanager")
+    if v["nvidia_dcgm"]:
+        services.append("nvidia-dcgm")
+    runtimes = list(node.get("runtimes") or []) if v["nvidia_container_toolkit"] else []
+    configured = set(node.get("runtimes_configured") or [])
+    install_args = ([f"--module {stream}"] if stream else []) + (
+        [f"--fabric-manager {fm_package}"] if fm_package else []
+    ) + [f"'{p}'" for p in packages]
+    out.update(
+        {
+            "action": action,
+            "open": use_open,
+            "flavour": flavour,
+            "source": source,
+            "packages": packages,
+            "module_stream": stream,
+            "fabric_manager": fm_package,
+            "fabric_manager_missing": bool(fm_package) and fm_package not in have,
+            "install_args": " ".join(install_args),
+            "installed": installed,
+            "loaded": loaded,
+            "unheld": list(node.get("unheld") or []),
+            "peermem": _auto(v["nvidia_peermem"],
+                             bool(node.get("rdma")) or bool(v["nvidia_ib_declared"])),
+            "peermem_loaded": bool(node.get("peermem_loaded")),
+            "extra_packages": extra,
+            "extra_missing": [p for p in extra if p not in have],
+            "services": services,
+            "runtimes": [r for r in runtimes if r not in configured],
+            "message": _summary(host_name, action, want, installed, loaded, flavour, count,
+                                model),
+        }
+    )
+    return out
+
+
+def _summary(name, action, want, installed, loaded, flavour, count, model) -> str:
+    if action == "none":
+        return f"{name}: NVIDIA driver {loaded} ({flavour} modules) installed and loaded"
+    if action == "install":
+        return (
+            f"{name}: install NVIDIA driver {want} ({flavour} modules) for {count} x {model}, "
+            "reboot, verify"
+        )
+    return (
+        f"{name}: change the NVIDIA driver (installed {installed or 'none'}, loaded "
+        f"{loaded or 'none'}) to {want} ({flavour} modules): drain, install, reboot, verify, "
+        "resume"
+    )
+
+
+def repo_dirs(ident: str, major: Any, arch: str) -> list[str]:
+    """The CUDA repository's distribution directory and architecture ("" when it has
+    none) for a distribution id (``ubuntu``), major version and machine (``x86_64``)."""
+    return [REPO_DISTROS.get((str(ident).lower(), str(major)), ""),
+            REPO_ARCHES.get(str(arch or ""), "")]
+
+
+def repo_location(distribution: Mapping[str, Any] | None, arch: str | None) -> list[str]:
+    """:func:`repo_dirs` for pyinfra's LinuxDistribution and Arch facts."""
+    meta = (distribution or {}).get("release_meta") or {}
+    return repo_dirs(str(meta.get("ID", "")), (distribution or {}).get("major") or "", arch or "")
+
+
+def k3s_cordon_command(node: str, v: Mapping[str, Any]) -> str:
+    """Run on a k3s server: cordon and drain ``node`` unless an administrator cordoned
+    it; the annotation marks the cordon as this deploy's."""
+    k = "k3s kubectl"
+    return (
+        f"if [ \"$({k} get node {node} -o jsonpath='{{.spec.unschedulable}}')\" = true ] && "
+        f"[ -z \"$({k} get node {node} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
+        f"nvidia-drain}}')\" ]; then echo '{node}: cordoned by an administrator; it stays "
+        f"cordoned'; else {k} annotate --overwrite node {node} {K3S_ANNOTATION}=driver && "
+        f"{k} cordon {node} && {k} drain {node} --ignore-daemonsets --delete-emptydir-data "
+        f"--timeout={int(v['nvidia_drain_timeout'])}s; fi"
+    )
+
+
+def k3s_uncordon_command(node: str) -> str:
+    k = "k3s kubectl"
+    return (
+        f"if [ -n \"$({k} get node {node} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
+        f"nvidia-drain}}')\" ]; then {k} uncordon {node} && {k} annotate node {node} "
+        f"{K3S_ANNOTATION}-; else echo '{node}: not cordoned here; left as it is'; fi"
+    )
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+#: Per pyinfra state: hosts whose driver change began, and those where it ended well.
+_STARTED: dict[int, set[str]] = {}
+_DONE: dict[int, set[str]] = {}
+

@@ -1,0 +1,340 @@
+"""The nvme_cache component's values computed from the inventory, its checks of the inventory and
+its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansible role.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aicluster.common.disks import (
+    cache_devices,
+    cache_directories,
+    check_devices,
+    command_text,
+    describe,
+    parse,
+)
+from aicluster.common.settings import layered, unknown_keys
+from aicluster.inventory import Cluster
+
+FSTAB = "/etc/fstab"
+PROFILE_FILE = "/etc/profile.d/aicluster-nvme-cache.sh"
+SYSTEMD_ENV_FILE = "/etc/systemd/system.conf.d/90-aicluster-nvme-cache.conf"
+CACHEFILESD_CONF = "/etc/cachefilesd.conf"
+CACHEFILESD_DEFAULT = "/etc/default/cachefilesd"
+#: The directories and mount point: absolute, no spaces, no "..".
+PATH_RE = re.compile(r"^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+REL_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MODE_RE = re.compile(r"^[0-7]{3,4}$")
+OPTION_RE = re.compile(r"^[A-Za-z0-9_.=:+-]+$")
+RAID_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,24}$")
+#: A namespace for the UUID the cache filesystem is made with (so both engines, and
+#: the fstab line, know it before the filesystem exists).
+UUID_NAMESPACE = uuid.UUID("7b0c3f62-52a9-4d43-9d53-5d1f0f3c2a61")
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def wants_cache(cluster: Cluster, host_name: str) -> bool:
+    """Whether the component applies: gpu_nodes, or a host that sets nvme_cache_devices."""
+    return "nvme_cache" in cluster.hosts[host_name].components()
+
+
+def fs_uuid(cluster: Cluster, host_name: str, devices: Iterable[str]) -> str:
+    """The UUID a new cache filesystem is made with (fixed by cluster, host, drives)."""
+    key = f"{cluster.spec.cluster_name}/{host_name}/{','.join(devices)}"
+    return str(uuid.uuid5(UUID_NAMESPACE, key))
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("nvme_cache", data)
+    devices = cache_devices(cluster, host_name, data)
+    names = [d["device"] for d in devices]
+    layout = "none" if not devices else ("single" if len(devices) == 1 else "raid0")
+    raid_device = f"/dev/md/{v['nvme_cache_raid_name']}"
+    path = str(v["nvme_cache_path"]).rstrip("/") or "/"
+    request = {
+        "host": host_name,
+        "devices": devices,
+        "layout": layout,
+        "label": v["nvme_cache_fs_label"],
+        "raid_device": raid_device,
+        "raid_md_name": f"{host_name}:{v['nvme_cache_raid_name']}",
+        "path": path,
+        "uuid": fs_uuid(cluster, host_name, names),
+    }
+    probe = names + ([raid_device] if layout == "raid0" else [])
+    options = [*(v["nvme_cache_mount_options"] or [])]
+    if "nofail" not in options:
+        options.append("nofail")
+    directories, environment = cache_directories(data)
+    return {
+        "nvme_cache_enabled": bool(devices),
+        "nvme_cache_request": request,
+        "nvme_cache_layout": layout,
+        "nvme_cache_device_list": names,
+        "nvme_cache_raid_device": raid_device,
+        "nvme_cache_raid_md_name": request["raid_md_name"],
+        # The UUID of the filesystem: the deploys replace it with what they read on
+        # the node when the cache filesystem already exists.
+        "nvme_cache_fs_uuid": request["uuid"],
+        "nvme_cache_fstab_options": ",".join(options),
+        # The fstab line that mounts something at the path (Python's re, for Ansible).
+        "nvme_cache_fstab_regexp": rf"^[^#\s]+\s+{re.escape(path)}\s",
+        "nvme_cache_directory_list": directories,
+        "nvme_cache_service_users": service_users(directories),
+        "nvme_cache_environment": environment,
+        # What the Ansible role runs to read the drives (the pyinfra fact's command).
+        "nvme_cache_fact_command": command_text(probe, [path]),
+    }
+
+
+def service_users(directories: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The owners (other than root) of the cache directories, made if missing."""
+    seen: dict[str, dict[str, str]] = {}
+    for d in directories:
+        if d["owner"] != "root" and d["owner"] not in seen:
+            seen[d["owner"]] = {"name": d["owner"], "group": d["group"], "home": d["home"]}
+    return list(seen.values())
+
+
+def fstab_regexp(path: str) -> str:
+    """The fstab line that mounts something at ``path``, as a POSIX extended regular
+    expression (grep -E and sed -E, for pyinfra's files.line)."""
+    return rf"^[^#[:space:]]+[[:space:]]+{path.replace('.', '[.]')}[[:space:]]"
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """nvme_cache's own checks of the inventory (host and field named)."""
+    errors: list[str] = []
+    for name, h in cluster.hosts.items():
+        if not wants_cache(cluster, name):
+            continue
+        where = f"host {name!r}"
+        v = layered("nvme_cache", h.data)
+        chosen = v["nvme_cache_devices"]
+        nvme = [d.device for d in h.spec.hardware.nvme]
+        if chosen is not None:
+            if not isinstance(chosen, list) or not all(isinstance(d, str) for d in chosen):
+                errors.append(f"{where}: nvme_cache_devices: must be a list of device paths")
+                continue
+            for i, dev in enumerate(chosen):
+                if dev not in nvme:
+                    errors.append(
+                        f"{where}: nvme_cache_devices[{i}]: {dev} is not one of the host's "
+                        f"hardware.nvme devices ({', '.join(nvme) or 'none declared'}); "
+                        "declare it there (with wipe: true only if its data may go)"
+                    )
+                elif dev in chosen[:i]:
+                    errors.append(f"{where}: nvme_cache_devices[{i}]: {dev} is listed twice")
+        path = str(v["nvme_cache_path"])
+        if not PATH_RE.match(path) or ".." in path.split("/") or path == "/":
+            errors.append(f"{where}: nvme_cache_path: {path!r} is not an absolute path "
+                          "(letters, digits, '_', '-', '.')")
+        elif path.rstrip("/") in ("/", "/boot", "/etc", "/home", "/usr", "/var", "/tmp"):
+            errors.append(f"{where}: nvme_cache_path: {path!r} is a system directory")
+        label = v["nvme_cache_fs_label"]
+        if not isinstance(label, str) or not re.match(r"^[A-Za-z0-9_-]{1,12}$", label):
+            errors.append(f"{where}: nvme_cache_fs_label: {label!r} is not an XFS label "
+                          "(1-12 letters, digits, '_', '-')")
+        if not RAID_NAME_RE.match(str(v["nvme_cache_raid_name"])):
+            errors.append(f"{where}: nvme_cache_raid_name: {v['nvme_cache_raid_name']!r} is "
+                          "not an md array name (1-24 letters, digits, '_', '-')")
+        chunk = v["nvme_cache_raid_chunk_kb"]
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 4 or (
+            chunk & (chunk - 1)
+        ):
+            errors.append(f"{where}: nvme_cache_raid_chunk_kb: {chunk!r} is not a power of "
+                          "two of at least 4")
+        options = v["nvme_cache_mount_options"]
+        if not isinstance(options, list) or not all(
+            isinstance(o, str) and OPTION_RE.match(o) for o in options
+        ):
+            errors.append(f"{where}: nvme_cache_mount_options: must be a list of mount "
+                          "options such as ['noatime']")
+        errors += _check_directories(where, v["nvme_cache_directories"])
+        if not isinstance(v["nvme_cache_fscache"], bool):
+            errors.append(f"{where}: nvme_cache_fscache: {v['nvme_cache_fscache']!r} is not "
+                          "true or false")
+        if not REL_RE.match(str(v["nvme_cache_fscache_dir"])) or ".." in str(
+            v["nvme_cache_fscache_dir"]
+        ).split("/"):
+            errors.append(f"{where}: nvme_cache_fscache_dir: {v['nvme_cache_fscache_dir']!r} "
+                          "is not a path relative to nvme_cache_path")
+        culling = v["nvme_cache_fscache_culling"]
+        keys = ("brun", "bcull", "bstop", "frun", "fcull", "fstop")
+        if not isinstance(culling, Mapping) or sorted(culling) != sorted(keys) or not all(
+            isinstance(culling[k], int) and not isinstance(culling[k], bool)
+            and 0 <= culling[k] < 100 for k in keys
+        ):
+            errors.append(f"{where}: nvme_cache_fscache_culling: give {', '.join(keys)} as "
+                          "percentages (0-99)")
+        elif not (culling["brun"] > culling["bcull"] > culling["bstop"]
+                  and culling["frun"] > culling["fcull"] > culling["fstop"]):
+            errors.append(f"{where}: nvme_cache_fscache_culling: cachefilesd needs brun > "
+                          "bcull > bstop and frun > fcull > fstop")
+    return errors
+
+
+def _check_directories(where: str, entries: Any) -> list[str]:
+    if not isinstance(entries, list):
+        return [f"{where}: nvme_cache_directories: must be a list of directories"]
+    errors = []
+    for i, e in enumerate(entries):
+        at = f"{where}: nvme_cache_directories[{i}]"
+        if not isinstance(e, Mapping) or "path" not in e:
+            errors.append(f"{at}: must be a mapping with at least a path")
+            continue
+        errors += unknown_keys(at, e, {"path", "owner", "group", "home", "mode", "env"})
+        if not REL_RE.match(str(e["path"])) or ".." in str(e["path"]).split("/"):
+            errors.append(f"{at}.path: {e['path']!r} is not a path relative to nvme_cache_path")
+        for key in ("owner", "group"):
+            if key in e and not NAME_RE.match(str(e[key])):
+                errors.append(f"{at}.{key}: {e[key]!r} is not a user or group name")
+        if "home" in e and not PATH_RE.match(str(e["home"])):
+            errors.append(f"{at}.home: {e['home']!r} is not an absolute path")
+        if "mode" in e and not (isinstance(e["mode"], str) and MODE_RE.match(e["mode"])):
+            errors.append(f"{at}.mode: {e['mode']!r} is not an octal mode such as '0755' "
+                          "(quote it)")
+        env = e.get("env") or []
+        if not isinstance(env, list) or not all(isinstance(x, str) and ENV_RE.match(x)
+                                                for x in env):
+            errors.append(f"{at}.env: must be a list of environment variable names")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# The decision (both engines): what the drives hold, and what to do
+# ---------------------------------------------------------------------------
+
+
+def plan(fact: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+    """What to do on one host, from its BlockDevices fact and ``nvme_cache_request``.
+
+    Returns ``problems`` (lines naming the host, the drive and what is on it: when
+    any, nothing at all is done), ``wipe`` (drives whose signatures are erased first:
+    ``wipe: true`` in the inventory), ``create_raid``, ``assemble_raid``, ``mkfs``
+    (the device to make XFS on, or ""), ``fs_uuid`` and ``mounted`` (the cache is
+    mounted at its path already)."""
+    where = f"host {request['host']!r}: nvme_cache"
+    out: dict[str, Any] = {
+        "problems": [], "wipe": [], "create_raid": False, "assemble_raid": False,
+        "mkfs": "", "fs_uuid": request["uuid"], "mounted": False,
+    }
+    layout = request["layout"]
+    if layout == "none":
+        return out
+    label = request["label"]
+    xfs_ours = [{"type": "xfs", "label": label}]
+    member_ours = [{"type": "linux_raid_member", "label": request["raid_md_name"]}]
+    checked = check_devices(
+        fact, request["devices"], xfs_ours if layout == "single" else member_ours
+    )
+    problems = [f"{where}: {p}" for p in checked["problems"]]
+    states = checked["devices"]
+    devices = [d["device"] for d in request["devices"]]
+    fs_device = devices[0] if layout == "single" else request["raid_device"]
+    fs_record = (fact.get("devices") or {}).get(fs_device) or {}
+    if layout == "raid0" and not problems:
+        ours = [d for d in devices if states[d]["state"] == "ours"]
+        if ours and len(ours) != len(devices):
+            others = [d for d in devices if d not in ours]
+            problems.append(
+                f"{where}: {', '.join(others)} not in the existing NVMe cache array on "
+                f"{', '.join(ours)}; a RAID0 cannot take a new member without being "
+                "rebuilt. Stop the array and wipe its members (wipefs -a) by hand to "
+                "rebuild the cache, or list only the array's devices"
+            )
+        elif ours:
+            if not fs_record.get("exists"):
+                out["assemble_raid"] = True
+            elif fs_record.get("signatures") is None:
+                problems.append(f"{where}: cannot read the signatures of "
+                                f"{request['raid_device']}")
+            else:
+                sigs = fs_record.get("signatures") or []
+                if not sigs:
+                    out["mkfs"] = fs_device
+                elif not all(s.get("type") == "xfs" and s.get("label") == label for s in sigs):
+                    problems.append(
+                        f"{where}: {request['raid_device']} (the cache array) holds "
+                        f"{describe(sigs)}, not the cache's XFS; nothing is changed"
+                    )
+                else:
+                    out["fs_uuid"] = sigs[0].get("uuid") or out["fs_uuid"]
+        else:
+            out["create_raid"] = True
+            out["mkfs"] = fs_device
+    elif layout == "single" and not problems:
+        state = states[fs_device]["state"]
+        if state == "ours":
+            sig = (fs_record.get("signatures") or [{}])[0]
+            out["fs_uuid"] = sig.get("uuid") or fs_record.get("blkid", {}).get("UUID") or (
+                out["fs_uuid"]
+            )
+        else:
+            out["mkfs"] = fs_device
+    out["wipe"] = [d for d in devices if states.get(d, {}).get("state") == "wipe"]
+    # What is mounted at the cache's path already.
+    mounted = (fact.get("mounts") or {}).get(request["path"])
+    if mounted and not problems:
+        ours_real = {states[d]["real"] for d in devices} if layout == "single" else set()
+        if layout == "raid0" and fs_record.get("real"):
+            ours_real = {fs_record["real"]}
+        source = mounted.get("source", "")
+        if source in ours_real and not out["mkfs"]:
+            out["mounted"] = True
+        else:
+            problems.append(
+                f"{where}: {request['path']} already has {source or 'something'} "
+                f"({mounted.get('fstype') or 'unknown type'}) mounted; the cache is not "
+                "mounted over it. Unmount it, or set nvme_cache_path elsewhere"
+            )
+    out["problems"] = problems
+    if problems:
+        out.update(wipe=[], create_raid=False, assemble_raid=False, mkfs="", mounted=False)
+    return out
+
+
+def plan_from_output(lines: Iterable[str], request: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`plan` from the text the fact command printed (the Ansible filter)."""
+    return plan(parse(lines), request)
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+
+def mkfs_command(device: str, label: str, fs_uuid_: str) -> str:
+    """mkfs.xfs WITHOUT -f: it refuses a device that holds a signature after all."""
+    return (
+        f"mkfs.xfs -q -L {shlex.quote(label)} -m uuid={shlex.quote(fs_uuid_)} "
+        f"{shlex.quote(device)}"
+    )
+
+
+def raid_create_command(v: Mapping[str, Any]) -> str:
+    devices = " ".join(shlex.quote(d) for d in v["nvme_cache_device_list"])
+    return (
+        f"mdadm --create {shlex.quote(v['nvme_cache_raid_device'])} --run --metadata=1.2 "
+        f"--level=0 --chunk={int(v['nvme_cache_raid_chunk_kb'])} "
+        f"--raid-devices={len(v['nvme_cache_device_list'])} "
+        f"--homehost={shlex.quote(v['inventory_hostname'])} "
+        f"--name={shlex.quote(v['nvme_cache_raid_name'])} {devices}"
+    )
+
+
+def raid_assemble_command(v: Mapping[str, Any]) -> str:
+    devices = " ".join(shlex.quote(d) for d in v["nvme_cache_device_list"])
+    return f"mdadm --assemble {shlex.quote(v['nvme_cache_raid_device'])} {devices}"
+

@@ -1,0 +1,454 @@
+"""The ollama component's values computed from the inventory, its checks of the inventory and
+its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansible role.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+import tarfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aicluster import artifacts
+from aicluster.common.disks import cache_environment
+from aicluster.common.settings import layered
+from aicluster.components.ollama.probe import command_text
+from aicluster.inventory import NETWORK_NAMES, Cluster
+
+UNIT = "/etc/systemd/system/ollama.service"
+DROPIN_DIR = "/etc/systemd/system/ollama.service.d"
+DROPIN = f"{DROPIN_DIR}/aicluster.conf"
+BIN_LINK = "/usr/local/bin/ollama"
+GATEWAY_CONF = "/etc/nginx/conf.d/ollama-gateway.conf"
+DEFAULT_REGISTRY = "registry.ollama.ai"
+DEFAULT_NAMESPACE = "library"
+PATH_RE = re.compile(r"^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+REL_PATH_RE = re.compile(r"^[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*$")
+NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A Go duration ("5m", "1h30m", "-1s") or whole seconds ("300", "-1", "0").
+DURATION_RE = re.compile(r"^-?([0-9]+|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$")
+HOST_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?$")
+NAME_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,79}$")
+HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+SIZE_RE = re.compile(r"^[0-9]+[kKmMgG]?$")
+#: Settings with a field of their own (ollama_config may not set them).
+OWN_FIELDS = {
+    "OLLAMA_HOST": "ollama_host / ollama_network / ollama_port",
+    "OLLAMA_MODELS": "ollama_models_dir",
+    "OLLAMA_KEEP_ALIVE": "ollama_keep_alive",
+    "OLLAMA_NUM_PARALLEL": "ollama_num_parallel",
+    "OLLAMA_MAX_LOADED_MODELS": "ollama_max_loaded_models",
+    "OLLAMA_MAX_QUEUE": "ollama_max_queue",
+}
+#: Ollama's own rule: this many models per GPU (or on a CPU node) when not set.
+MODELS_PER_GPU = 3
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the whole inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def ollama_hosts(cluster: Cluster) -> list[str]:
+    return list(cluster.group("ollama"))
+
+
+def gateway_hosts(cluster: Cluster) -> list[str]:
+    return list(cluster.group("ollama_gateway"))
+
+
+def _all_hosts(cluster: Cluster) -> list[str]:
+    return list(dict.fromkeys([*ollama_hosts(cluster), *gateway_hosts(cluster)]))
+
+
+def _node_address(cluster: Cluster, name: str, network: str) -> str | None:
+    h = cluster.hosts[name]
+    return h.address if network == "management" else h.network_address(network)
+
+
+def ollama_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
+    """The network Ollama and its gateway listen on: ``ollama_network``, or fabric when
+    every Ollama and gateway node has an address there, else management."""
+    chosen = layered("ollama", data)["ollama_network"]
+    if chosen:
+        return str(chosen)
+    names = _all_hosts(cluster)
+    if names and all(_node_address(cluster, h, "fabric") for h in names):
+        return "fabric"
+    return "management"
+
+
+def url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def _loopback_for(bind: str) -> str:
+    """Where a client on the node itself reaches a server bound to ``bind``."""
+    if bind == "0.0.0.0":
+        return "127.0.0.1"
+    if bind == "::":
+        return "::1"
+    return bind
+
+
+def parse_model(name: str) -> tuple[str, str, str, str] | None:
+    """``[host/][namespace/]model[:tag]`` as Ollama reads it -> (host, namespace, model,
+    tag), or None when it is not a model name."""
+    if not isinstance(name, str) or not name or name != name.strip():
+        return None
+    parts = name.split("/")
+    if len(parts) > 3:
+        return None
+    last = parts[-1]
+    model, sep, tag = last.partition(":")
+    if not sep:
+        tag = "latest"
+    registry = parts[0] if len(parts) == 3 else DEFAULT_REGISTRY
+    namespace = parts[-2] if len(parts) >= 2 else DEFAULT_NAMESPACE
+    if not (HOST_PART_RE.match(registry) and NAME_PART_RE.match(namespace)
+            and NAME_PART_RE.match(model) and TAG_RE.match(tag)):
+        return None
+    return registry, namespace, model, tag
+
+
+def manifest_path(name: str) -> str:
+    """The manifest of a model under OLLAMA_MODELS/manifests (what the fact lists)."""
+    parsed = parse_model(name)
+    if parsed is None:
+        raise ValueError(f"{name!r} is not an Ollama model name")
+    return "/".join(parsed)
+
+
+def models_location(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> tuple[str, bool]:
+    """OLLAMA_MODELS for the host, and whether it is the NVMe cache's directory."""
+    v = layered("ollama", data)
+    if v["ollama_models_dir"]:
+        return str(v["ollama_models_dir"]).rstrip("/"), False
+    cached = cache_environment(cluster, host_name, data).get("OLLAMA_MODELS")
+    if cached:
+        return cached, True
+    return f"{str(v['ollama_home']).rstrip('/')}/.ollama/models", False
+
+
+def _bind_address(cluster: Cluster, name: str, network: str) -> str:
+    v = layered("ollama", cluster.hosts[name].data)
+    return str(v["ollama_host"] or _node_address(cluster, name, network)
+               or cluster.hosts[name].address)
+
+
+def upstreams(cluster: Cluster, network: str) -> list[str]:
+    """Every Ollama node as ``address:port`` for the gateway: its listen address (its
+    address on the Ollama network when it listens on every interface)."""
+    out = []
+    for name in ollama_hosts(cluster):
+        v = layered("ollama", cluster.hosts[name].data)
+        bind = _bind_address(cluster, name, network)
+        if bind in ("0.0.0.0", "::"):
+            bind = _node_address(cluster, name, network) or cluster.hosts[name].address
+        out.append(f"{url_host(bind)}:{int(v['ollama_port'])}")
+    return out
+
+
+def environment(v: Mapping[str, Any], bind: str, models: str, gpus: int) -> list[list[str]]:
+    """The service's environment as ``[name, value]`` pairs: the settings of their own
+    fields, then ``ollama_config`` over them (a null value drops a setting)."""
+    loaded = int(v["ollama_max_loaded_models"]) or MODELS_PER_GPU * max(gpus, 1)
+    env: dict[str, str] = {
+        "OLLAMA_HOST": f"{url_host(bind)}:{int(v['ollama_port'])}",
+        "OLLAMA_MODELS": models,
+        "OLLAMA_KEEP_ALIVE": str(v["ollama_keep_alive"]),
+        "OLLAMA_NUM_PARALLEL": str(int(v["ollama_num_parallel"])),
+        "OLLAMA_MAX_LOADED_MODELS": str(loaded),
+        "OLLAMA_MAX_QUEUE": str(int(v["ollama_max_queue"])),
+    }
+    for key, value in (v["ollama_config"] or {}).items():
+        if value is None:
+            env.pop(str(key), None)
+        elif isinstance(value, bool):
+            env[str(key)] = "1" if value else "0"
+        else:
+            env[str(key)] = str(value)
+    return [[k, val] for k, val in env.items()]
+
+
+def wait_command(client_env: str, timeout: int) -> str:
+    """Wait (bounded) until the node's Ollama answers."""
+    tries = max(1, int(timeout) // 2)
+    return (
+        f"for i in $(seq {tries}); do {client_env} {BIN_LINK} list >/dev/null 2>&1 && exit 0; "
+        f"sleep 2; done; echo 'Ollama did not answer at {client_env.split('=', 1)[1]} within "
+        f"{int(timeout)} s (journalctl -u ollama)' >&2; exit 1"
+    )
+
+
+def pull_command(client_env: str, name: str, timeout: int) -> str:
+    return f"{client_env} timeout {int(timeout)} {BIN_LINK} pull {shlex.quote(name)}"
+
+
+def archive_path(cluster: Cluster, data: Mapping[str, Any]) -> str:
+    """The offline models archive on the deploying machine ('' when none is named)."""
+    v = layered("ollama", data)
+    rel = v["ollama_models_archive"]
+    base = getattr(cluster.spec, "artifacts_dir", None)
+    if not rel or not base:
+        return ""
+    return str(Path(base).expanduser() / str(rel))
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("ollama", data)
+    host_ = cluster.hosts[host_name]
+    first = (_all_hosts(cluster) or [host_name])[0]
+    network = ollama_network(cluster, cluster.hosts[first].data)
+    node_address = _node_address(cluster, host_name, network) or host_.address
+    bind = str(v["ollama_host"] or node_address)
+    models, on_cache = models_location(cluster, host_name, data)
+    client_env = f"OLLAMA_HOST={url_host(_loopback_for(bind))}:{int(v['ollama_port'])}"
+    install = f"{str(v['ollama_install_dir']).rstrip('/')}/{v['ollama_version']}"
+    listen = str(v["ollama_gateway_listen"] or node_address)
+    model_list = []
+    for name in v["ollama_models"] or []:
+        model_list.append({
+            "name": name,
+            "manifest": manifest_path(name),
+            "pull_command": pull_command(client_env, name, v["ollama_pull_timeout"]),
+        })
+    is_gateway = host_name in gateway_hosts(cluster)
+    out = {
+        "ollama_is_server": host_name in ollama_hosts(cluster),
+        "ollama_is_gateway": is_gateway,
+        "ollama_network_name": network,
+        "ollama_node_address": node_address,
+        "ollama_bind_address": bind,
+        "ollama_client_env": client_env,
+        "ollama_models_path": models,
+        "ollama_models_on_cache": on_cache,
+        "ollama_environment": environment(v, bind, models, host_.spec.hardware.gpus.count),
+        "ollama_release_dir": install,
+        "ollama_bin": BIN_LINK,
+        "ollama_model_list": model_list,
+        "ollama_models_archive_path": archive_path(cluster, data),
+        "ollama_wait_command": wait_command(client_env, v["ollama_start_timeout"]),
+        "ollama_gateway_upstreams": upstreams(cluster, network),
+        "ollama_gateway_listen_ip": listen,
+        "ollama_gateway_listen_address": f"{url_host(listen)}:{int(v['ollama_gateway_port'])}",
+        "ollama_fact_command": command_text(
+            str(v["ollama_install_dir"]), BIN_LINK, models,
+            int(v["ollama_gateway_port"]) if is_gateway else 0,
+        ),
+    }
+    out.update(artifacts.derived_vars(cluster, host_name, "ollama", data))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Validation (no I/O): each error names the host and the field
+# ---------------------------------------------------------------------------
+
+
+def _is_int(value: Any, low: int, high: int | None = None) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= low
+            and (high is None or value <= high))
+
+
+def _is_ip(value: Any) -> bool:
+    try:
+        ipaddress.ip_address(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _env_value_ok(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float)):
+        return True
+    return isinstance(value, str) and not re.search(r'["\\\n\r%$]', value)
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """ollama's own checks of the inventory (host and field named)."""
+    errors: list[str] = artifacts.validate(cluster, "ollama")  # its release pins
+    servers, gateways = ollama_hosts(cluster), gateway_hosts(cluster)
+    names = _all_hosts(cluster)
+    if gateways and not servers:
+        errors.append(
+            f"host {gateways[0]!r}: groups: is in ollama_gateway, which balances across the "
+            "hosts of the ollama group; the inventory has none"
+        )
+    if not names:
+        return errors
+    first = names[0]
+    first_v = layered("ollama", cluster.hosts[first].data)
+    network = ollama_network(cluster, cluster.hosts[first].data)
+    for name in names:
+        h = cluster.hosts[name]
+        v = layered("ollama", h.data)
+        where = f"host {name!r}"
+        for key in ("ollama_network", "ollama_version", "ollama_install_dir"):
+            if name != first and v[key] != first_v[key]:
+                errors.append(
+                    f"{where}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
+                    f"{first!r}; it must be the same on every Ollama and gateway node (set it "
+                    "in group_data)"
+                )
+        chosen = v["ollama_network"]
+        if chosen and (chosen not in NETWORK_NAMES or chosen not in cluster.spec.networks):
+            errors.append(
+                f"{where}: ollama_network: {chosen!r} is not a network of this inventory; "
+                f"declared: {', '.join(cluster.spec.networks)}"
+            )
+        elif not _node_address(cluster, name, network):
+            errors.append(
+                f"{where}: ollama_network: the host has no address on the {network} network "
+                "(hardware.nics, network_bonds or network_vlans)"
+            )
+        if not v["ollama_version"] or not isinstance(v["ollama_version"], str):
+            errors.append(f"{where}: ollama_version: not set; pin the Ollama release")
+        for key in ("ollama_install_dir", "ollama_home"):
+            if not isinstance(v[key], str) or not PATH_RE.match(v[key]):
+                errors.append(f"{where}: {key}: {v[key]!r} is not an absolute path of letters, "
+                              "digits, '_', '-', '.' and '/'")
+        if v["ollama_models_dir"] and (not isinstance(v["ollama_models_dir"], str)
+                                       or not PATH_RE.match(v["ollama_models_dir"])):
+            errors.append(f"{where}: ollama_models_dir: {v['ollama_models_dir']!r} is not an "
+                          "absolute path of letters, digits, '_', '-', '.' and '/'")
+        if not isinstance(v["ollama_user"], str) or not NAME_RE.match(v["ollama_user"]):
+            errors.append(f"{where}: ollama_user: {v['ollama_user']!r} is not a user name")
+        extra = v["ollama_extra_groups"]
+        if not isinstance(extra, list) or not all(
+            isinstance(g, str) and NAME_RE.match(g) for g in extra
+        ):
+            errors.append(f"{where}: ollama_extra_groups: must be a list of group names")
+        for key in ("ollama_host", "ollama_gateway_listen"):
+            if v[key] and not _is_ip(v[key]):
+                errors.append(f"{where}: {key}: {v[key]!r} is not an IP address")
+        for key in ("ollama_port", "ollama_gateway_port"):
+            if not _is_int(v[key], 1, 65535):
+                errors.append(f"{where}: {key}: {v[key]!r} is not a port (1-65535)")
+        keep = v["ollama_keep_alive"]
+        if isinstance(keep, bool) or not (
+            (isinstance(keep, int) and keep >= -1)
+            or (isinstance(keep, str) and DURATION_RE.match(keep))
+        ):
+            errors.append(
+                f"{where}: ollama_keep_alive: {keep!r} is not a duration (like '5m', '1h30m', "
+                "'-1' for ever, '0', or whole seconds)"
+            )
+        for key, low in (("ollama_num_parallel", 1), ("ollama_max_loaded_models", 0),
+                         ("ollama_max_queue", 1), ("ollama_pull_timeout", 1),
+                         ("ollama_start_timeout", 1), ("ollama_gateway_max_fails", 0),
+                         ("ollama_gateway_fail_timeout", 1),
+                         ("ollama_gateway_connect_timeout", 1),
+                         ("ollama_gateway_proxy_timeout", 1), ("ollama_gateway_keepalive", 1)):
+            if not _is_int(v[key], low):
+                errors.append(f"{where}: {key}: {v[key]!r} is not a whole number >= {low}")
+        size = v["ollama_gateway_client_max_body_size"]
+        if not isinstance(size, str) or not SIZE_RE.match(size):
+            errors.append(f"{where}: ollama_gateway_client_max_body_size: {size!r} is not an "
+                          "nginx size (like '0' for no limit, '100m', '1g')")
+        errors += _check_config(where, v["ollama_config"])
+        errors += _check_models(cluster, where, v)
+        if name in servers and name in gateways and not errors:
+            bind = _bind_address(cluster, name, network)
+            listen = str(v["ollama_gateway_listen"] or _node_address(cluster, name, network))
+            if v["ollama_port"] == v["ollama_gateway_port"] and (
+                bind == listen or "0.0.0.0" in (bind, listen) or "::" in (bind, listen)
+            ):
+                errors.append(
+                    f"{where}: ollama_gateway_port: the host runs Ollama and the gateway, both "
+                    f"on {listen}:{v['ollama_port']}; give the gateway another port (e.g. "
+                    f"ollama_gateway_port: {v['ollama_port'] + 1}) or another address"
+                )
+    return errors
+
+
+def _check_config(where: str, config: Any) -> list[str]:
+    if not isinstance(config, Mapping):
+        return [f"{where}: ollama_config: must be a mapping of environment variable to value"]
+    errors = []
+    for key, value in config.items():
+        if not isinstance(key, str) or not ENV_RE.match(key):
+            errors.append(f"{where}: ollama_config: {key!r} is not an environment variable name")
+        elif key in OWN_FIELDS:
+            errors.append(f"{where}: ollama_config.{key}: set by {OWN_FIELDS[key]}; use that")
+        elif not _env_value_ok(value):
+            errors.append(f"{where}: ollama_config.{key}: {value!r} may hold no quote, "
+                          "backslash, '%', '$' or line break")
+    return errors
+
+
+def _check_models(cluster: Cluster, where: str, v: Mapping[str, Any]) -> list[str]:
+    errors = []
+    models = v["ollama_models"]
+    if not isinstance(models, list):
+        return [f"{where}: ollama_models: must be a list of model names such as 'llama3.2:3b'"]
+    for i, name in enumerate(models):
+        if parse_model(name) is None:
+            errors.append(f"{where}: ollama_models[{i}]: {name!r} is not an Ollama model name "
+                          "([registry/][namespace/]model[:tag], such as 'llama3.2:3b')")
+    archive, digest = v["ollama_models_archive"], v["ollama_models_archive_sha256"]
+    if archive or digest:
+        if not archive:
+            errors.append(f"{where}: ollama_models_archive: not set, but "
+                          "ollama_models_archive_sha256 is; name the archive")
+        elif not isinstance(archive, str) or not REL_PATH_RE.match(archive) or ".." in \
+                archive.split("/"):
+            errors.append(f"{where}: ollama_models_archive: {archive!r} is not a path relative "
+                          "to artifacts_dir")
+        elif not getattr(cluster.spec, "artifacts_dir", None):
+            errors.append(f"{where}: ollama_models_archive: needs artifacts_dir, the directory "
+                          "on the deploying machine the archive is in")
+        if not isinstance(digest, str) or not HEX64_RE.match(digest):
+            errors.append(f"{where}: ollama_models_archive_sha256: {digest!r} is not a sha256 "
+                          "(64 lowercase hex digits)")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# The offline models archive, checked on the deploying machine
+# ---------------------------------------------------------------------------
+
+_ARCHIVES: dict[tuple[str, int, int], set[str]] = {}
+
+
+def archive_manifests(path: str) -> set[str]:
+    """The manifest paths (``registry.ollama.ai/library/x/tag``) an archive holds."""
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _ARCHIVES:
+        found = set()
+        with tarfile.open(path) as tar:
+            for member in tar:
+                parts = [p for p in member.name.split("/") if p not in ("", ".")]
+                if member.isfile() and len(parts) == 5 and parts[0] == "manifests":
+                    found.add("/".join(parts[1:]))
+        _ARCHIVES[key] = found
+    return _ARCHIVES[key]
+
+
+def check_archive(v: Mapping[str, Any], wanted: list[dict[str, str]]) -> str | None:
+    """Why the offline archive cannot give the host its models, or None."""
+    path = v["ollama_models_archive_path"]
+    where = f"host {v['inventory_hostname']!r}: ollama_models_archive"
+    if not Path(path).is_file():
+        return f"{where}: {path} does not exist on the deploying machine"
+    actual = artifacts.file_sha256(path)
+    if actual != v["ollama_models_archive_sha256"]:
+        return (f"{where}: {path} has sha256 {actual}, not the pinned "
+                f"{v['ollama_models_archive_sha256']} (ollama_models_archive_sha256)")
+    try:
+        held = archive_manifests(path)
+    except (tarfile.TarError, OSError) as exc:
+        return f"{where}: {path} is not a tar archive ({exc})"
+    missing = [m["name"] for m in wanted if m["manifest"] not in held]
+    if missing:
+        return (f"{where}: {path} holds no {', '.join(missing)} (no manifests/<registry>/"
+                "<namespace>/<model>/<tag> for it); make the archive from an OLLAMA_MODELS "
+                "tree that has every model of ollama_models")
+    return None
+

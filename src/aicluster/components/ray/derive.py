@@ -1,0 +1,299 @@
+"""The ray component's values computed from the inventory, its checks of the inventory and
+its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansible role.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from aicluster.common.disks import cache_environment
+from aicluster.common.settings import layered, setting
+from aicluster.components.ray.probe import command_text
+from aicluster.inventory import NETWORK_NAMES, Cluster
+
+UNIT_DIR = "/etc/systemd/system"
+GIB = 1024**3
+#: Ray's own floor for the object store (75 MiB).
+MIN_OBJECT_STORE = 75 * 1024**2
+RESOURCE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
+#: Resources Ray sets itself from --num-cpus, --num-gpus, --memory ...
+RESERVED_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+PATH_RE = re.compile(r"^/[A-Za-z0-9_./-]+$")
+EXTRA_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the whole inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def ray_hosts(cluster: Cluster) -> list[str]:
+    """The Ray nodes, head first."""
+    return [*cluster.group("ray_head"), *(
+        h for h in cluster.group("ray_workers") if h not in cluster.group("ray_head")
+    )]
+
+
+def _node_address(cluster: Cluster, name: str, network: str) -> str | None:
+    h = cluster.hosts[name]
+    return h.address if network == "management" else h.network_address(network)
+
+
+def ray_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
+    """The network Ray runs on: the inventory's ``ray_network``, or fabric when every
+    Ray node has an address there, else management."""
+    chosen = setting("ray", data, "ray_network")
+    if chosen:
+        return chosen
+    if all(_node_address(cluster, h, "fabric") for h in ray_hosts(cluster)):
+        return "fabric"
+    return "management"
+
+
+def _bind_address(cluster: Cluster, name: str, network: str) -> str:
+    return _node_address(cluster, name, network) or cluster.hosts[name].address
+
+
+def node_ip(cluster: Cluster, host_name: str) -> str:
+    """The address Ray binds to on *host_name*: its address on the head's
+    ``ray_network`` (:func:`ray_network`), else its management address."""
+    head = cluster.group("ray_head")[0] if cluster.group("ray_head") else host_name
+    return _bind_address(cluster, host_name, ray_network(cluster, cluster.hosts[head].data))
+
+
+def venv_path(v: Mapping[str, Any]) -> str:
+    """The Ray virtual environment of the host whose variables are *v*."""
+    return f"{v['ray_install_dir']}/{v['ray_version']}/venv"
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("ray", data)
+    head = cluster.group("ray_head")[0] if cluster.group("ray_head") else host_name
+    head_v = layered("ray", cluster.hosts[head].data)
+    network = ray_network(cluster, cluster.hosts[head].data)
+    node_ip = _bind_address(cluster, host_name, network)
+    head_ip = _bind_address(cluster, head, network)
+    hw = cluster.hosts[host_name].spec.hardware
+    memory = hw.memory_gb * GIB
+    store = min(
+        int(memory * float(v["ray_object_store_fraction"])),
+        int(v["ray_object_store_max_gb"]) * GIB,
+    )
+    resources = dict(v["ray_resources"] or {})
+    venv = venv_path(v)
+    head_address = f"{_url_host(head_ip)}:{head_v['ray_port']}"
+    return {
+        "ray_cluster_name": cluster.spec.cluster_name,
+        "ray_node_role": "head" if host_name == head else "worker",
+        "ray_head_host": head,
+        "ray_network_name": network,
+        "ray_node_ip": node_ip,
+        "ray_head_address": head_address,
+        "ray_dashboard_bind": v["ray_dashboard_host"] or node_ip,
+        "ray_venv": venv,
+        "ray_num_cpus": hw.cpus,
+        "ray_num_gpus": hw.gpus.count,
+        "ray_memory_bytes": int(memory * float(v["ray_memory_fraction"])),
+        "ray_object_store_memory_bytes": max(store, MIN_OBJECT_STORE),
+        "ray_resources_json": (
+            json.dumps(resources, sort_keys=True, separators=(",", ":")) if resources else ""
+        ),
+        "ray_temp_path": temp_path(cluster, head_v),
+        "ray_pip_requirement": _requirement(v),
+        "ray_pip_install_command": pip_install_command(venv, v),
+        "ray_head_wait_command": head_wait_command(venv, head_address),
+        "ray_fact_command": command_text(venv, v["ray_install_dir"]),
+    }
+
+
+#: Ray's own temporary directory when it is given none.
+RAY_DEFAULT_TEMP = "/tmp/ray"
+
+
+def temp_path(cluster: Cluster, head_v: Mapping[str, Any]) -> str:
+    """Ray's temporary directory, one path for the whole cluster: a worker node takes
+    the head's and fails to start where it cannot create it (a head whose temporary
+    directory is on its NVMe cache, workers without one). The inventory's
+    ``ray_temp_dir`` (on the head), else the cache's ray directory when every Ray node
+    has the NVMe cache, else Ray's default."""
+    if head_v.get("ray_temp_dir"):
+        return str(head_v["ray_temp_dir"]).rstrip("/") or "/"
+    cached = set()
+    for name in cluster.group("ray_head") + cluster.group("ray_workers"):
+        environment = cache_environment(cluster, name, cluster.hosts[name].data)
+        if not environment:
+            return RAY_DEFAULT_TEMP
+        if "RAY_TMPDIR" in environment:
+            cached.add(environment["RAY_TMPDIR"])
+    return cached.pop() if len(cached) == 1 else RAY_DEFAULT_TEMP
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def _requirement(v: Mapping[str, Any]) -> str:
+    extras = list(v["ray_pip_extras"] or [])
+    return f"ray[{','.join(extras)}]=={v['ray_version']}" if extras else f"ray=={v['ray_version']}"
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """ray's own checks of the inventory (host and field named)."""
+    errors: list[str] = []
+    nodes = ray_hosts(cluster)
+    if not nodes:
+        return errors
+    first = nodes[0]
+    first_v = layered("ray", cluster.hosts[first].data)
+    for name in nodes:
+        v = layered("ray", cluster.hosts[name].data)
+        where = f"host {name!r}"
+        temp = v["ray_temp_dir"]
+        if temp and (not isinstance(temp, str) or not temp.startswith("/")
+                     or any(c.isspace() for c in temp)):
+            errors.append(
+                f"{where}: ray_temp_dir: {temp!r} is not an absolute path without spaces "
+                "(Ray's temporary directory, the same on every Ray node)"
+            )
+        version = v["ray_version"]
+        if not version:
+            errors.append(
+                f"{where}: ray_version: not set; pin the Ray version every node runs "
+                "(ray_version in group_data/all.py)"
+            )
+        elif name != first and version != first_v["ray_version"]:
+            errors.append(
+                f"{where}: ray_version: {version!r} differs from {first_v['ray_version']!r} "
+                f"on host {first!r}; every Ray node runs one version (set it in group_data)"
+            )
+        for key in ("ray_network", "ray_port", "ray_install_dir", "ray_python"):
+            if name != first and v[key] != first_v[key]:
+                errors.append(
+                    f"{where}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
+                    f"{first!r}; it must be the same on every Ray node (set it in group_data)"
+                )
+        network = v["ray_network"]
+        if network:
+            if network not in NETWORK_NAMES or network not in cluster.spec.networks:
+                errors.append(
+                    f"{where}: ray_network: {network!r} is not a network of this inventory; "
+                    f"declared: {', '.join(cluster.spec.networks)}"
+                )
+            elif not _node_address(cluster, name, network):
+                errors.append(
+                    f"{where}: ray_network: the host has no address on the {network} network"
+                )
+        if not PATH_RE.match(str(v["ray_install_dir"])):
+            errors.append(f"{where}: ray_install_dir: {v['ray_install_dir']!r} is not an "
+                          "absolute path of letters, digits, '_', '-', '.' and '/'")
+        for key in ("ray_port", "ray_dashboard_port"):
+            if not isinstance(v[key], int) or not 1 <= v[key] <= 65535:
+                errors.append(f"{where}: {key}: {v[key]!r} is not a port (1-65535)")
+        dash = v["ray_dashboard_host"]
+        if dash:
+            try:
+                ipaddress.ip_address(dash)
+            except ValueError:
+                errors.append(f"{where}: ray_dashboard_host: {dash!r} is not an IP address")
+        fractions = []
+        for key in ("ray_memory_fraction", "ray_object_store_fraction"):
+            value = v[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                0 < value < 1
+            ):
+                errors.append(f"{where}: {key}: {value!r} is not a fraction between 0 and 1")
+            else:
+                fractions.append(value)
+        if len(fractions) == 2 and sum(fractions) > 0.95:
+            errors.append(
+                f"{where}: ray_memory_fraction: with ray_object_store_fraction it gives Ray "
+                f"{sum(fractions):.2f} of the node's memory; leave at least 0.05 to the system"
+            )
+        extras = v["ray_pip_extras"] or []
+        if not isinstance(extras, list) or not all(
+            isinstance(e, str) and EXTRA_RE.match(e) for e in extras
+        ):
+            errors.append(f"{where}: ray_pip_extras: must be a list of extra names "
+                          "such as ['default']")
+        errors += _check_resources(where, v["ray_resources"])
+    return errors
+
+
+def _check_resources(where: str, resources: Any) -> list[str]:
+    if not isinstance(resources, Mapping):
+        return [f"{where}: ray_resources: must be a mapping of resource name to amount"]
+    errors = []
+    for key, amount in resources.items():
+        if not isinstance(key, str) or not RESOURCE_RE.match(key):
+            errors.append(f"{where}: ray_resources: {key!r} is not a resource name "
+                          "(letters, digits, '_', '.', ':', '-')")
+        elif key in RESERVED_RESOURCES:
+            errors.append(f"{where}: ray_resources.{key}: Ray sets {key} itself from the "
+                          "inventory's hardware; name the custom resource otherwise")
+        elif isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+            errors.append(f"{where}: ray_resources.{key}: {amount!r} is not an amount (>= 0)")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+
+def _python(v: Mapping[str, Any]) -> str:
+    return v["ray_python"] or v["ray_os_python"]
+
+
+def check_nodes(
+    nodes: Mapping[str, Mapping[str, Any]], node_ips: Mapping[str, str] | None = None
+) -> str | None:
+    """Why the Ray nodes cannot form one cluster (different Pythons, or a node without
+    the address Ray is to bind to), or None."""
+    for name, ip in sorted((node_ips or {}).items()):
+        have = (nodes.get(name) or {}).get("addresses")
+        if have is not None and ip not in have:
+            return (
+                f"host {name!r} does not have the address Ray binds to, {ip} (ray_network); "
+                f"it has {', '.join(have)}. Configure that network on the node first, or "
+                "set ray_network to a network the nodes have addresses on."
+            )
+    pythons = {n: f["python"] for n, f in nodes.items() if f.get("python")}
+    if len(set(pythons.values())) > 1:
+        seen = ", ".join(f"{n} {p}" for n, p in sorted(pythons.items()))
+        return (
+            "Ray nodes run different Python versions, and Ray joins only nodes of one "
+            f"Python: {seen}. Give every Ray node the same Python (ray_python) first."
+        )
+    return None
+
+
+def upgrading(cluster: Cluster, nodes: Mapping[str, Mapping[str, Any]], version: str) -> bool:
+    """Whether the head runs another Ray version than the wanted one (an upgrade)."""
+    head = cluster.group("ray_head")
+    deployed = nodes.get(head[0], {}).get("deployed") if head else None
+    return bool(deployed) and deployed != version
+
+
+def pip_install_command(venv: str, v: Mapping[str, Any]) -> str:
+    """The one pip command both engines run (timeout and bounded retries of its own)."""
+    return (
+        f"{venv}/bin/pip install --no-input --disable-pip-version-check "
+        f"--timeout {int(v['ray_pip_timeout'])} --retries {int(v['ray_pip_retries'])} "
+        f"{shlex.quote(_requirement(v))}"
+    )
+
+
+def head_wait_command(venv: str, head_address: str) -> str:
+    """Wait (bounded) until the head's GCS answers, so workers join a running head."""
+    return (
+        f"for i in $(seq 40); do timeout 10 {venv}/bin/ray health-check "
+        f"--address {head_address} >/dev/null 2>&1 && exit 0; sleep 3; done; "
+        f"echo 'the Ray head did not answer at {head_address} within 2 to 9 minutes' >&2; "
+        "exit 1"
+    )
+

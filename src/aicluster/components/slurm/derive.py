@@ -1,0 +1,326 @@
+"""The slurm component's values computed from the inventory, its checks of the inventory and
+its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansible role.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import hostlist
+
+from aicluster.common.settings import layered, setting
+from aicluster.components.slurm.probe import CGROUP_COMMAND, NVIDIA_COMMAND
+from aicluster.inventory import Cluster
+
+CONF_DIR = "/etc/slurm"
+SLURM_CONF = f"{CONF_DIR}/slurm.conf"
+GRES_CONF = f"{CONF_DIR}/gres.conf"
+CGROUP_CONF = f"{CONF_DIR}/cgroup.conf"
+DBD_CONF = f"{CONF_DIR}/slurmdbd.conf"
+MUNGE_KEY = "/etc/munge/munge.key"
+APT_PIN = "/etc/apt/preferences.d/aicluster-slurm"
+INSTALLER = "/usr/local/sbin/aicluster-slurm-install"
+
+#: Keys computed from the inventory: slurm_config may not set them.
+DERIVED_KEYS = (
+    "ClusterName",
+    "SlurmctldHost",
+    "NodeName",
+    "PartitionName",
+    "AccountingStorageType",
+    "AccountingStorageHost",
+    "AccountingStoragePort",
+)
+#: The plugins chosen by whether the nodes can write their cgroups.
+PLUGINS = {
+    True: {
+        "ProctrackType": "proctrack/cgroup",
+        "TaskPlugin": "task/cgroup,task/affinity",
+        "JobAcctGatherType": "jobacct_gather/cgroup",
+    },
+    False: {
+        "ProctrackType": "proctrack/linuxproc",
+        "TaskPlugin": "task/none",
+        "JobAcctGatherType": "jobacct_gather/linux",
+    },
+}
+KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+VALUE_RE = re.compile(r"^[^\n\r#]*$")
+
+
+# ---------------------------------------------------------------------------
+# Values computed from the whole inventory (both engines use these)
+# ---------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    """A slurm.conf value as text (booleans as YES/NO would be ambiguous: yes/no)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def merge(default: Mapping[str, Any] | None, user: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``user`` over ``default``; a key the user sets to None is removed."""
+    out = dict(default or {})
+    for key, value in (user or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def gres_count(cluster: Cluster, name: str, data: Mapping[str, Any]) -> int:
+    wanted = setting("slurm", data, "slurm_gres_gpus")
+    return cluster.hosts[name].spec.hardware.gpus.count if wanted is None else int(wanted)
+
+
+def node_lines(cluster: Cluster) -> list[list[str]]:
+    """NodeName lines: the workers grouped by identical hardware, as hostlist ranges."""
+    groups: dict[tuple[int, int, int], list[str]] = {}
+    for name in cluster.group("slurm_workers"):
+        h = cluster.hosts[name]
+        hw = h.spec.hardware
+        percent = int(setting("slurm", h.data, "slurm_memory_percent"))
+        memory = int(hw.memory_gb * 1024 * percent / 100)
+        groups.setdefault((hw.cpus, memory, gres_count(cluster, name, h.data)), []).append(name)
+    lines = []
+    for (cpus, memory, gpus), names in groups.items():
+        text = f"{hostlist.collect_hostlist(names)} CPUs={cpus} RealMemory={memory}"
+        if gpus:
+            text += f" Gres=gpu:{gpus}"
+        lines.append(["NodeName", f"{text} State=UNKNOWN"])
+    return lines
+
+
+def partition_lines(cluster: Cluster, v: Mapping[str, Any]) -> list[list[str]]:
+    workers = list(cluster.group("slurm_workers"))
+    if not workers:
+        return []
+    options = " ".join(f"{k}={_text(o)}" for k, o in (v["slurm_partition_options"] or {}).items())
+    options = f" {options}" if options else ""
+    lines = []
+    if v["slurm_partition_name"]:
+        nodes = hostlist.collect_hostlist(workers)
+        lines.append(
+            ["PartitionName", f"{v['slurm_partition_name']} Nodes={nodes} Default=YES{options}"]
+        )
+    gpus = [w for w in workers if gres_count(cluster, w, cluster.hosts[w].data) > 0]
+    if gpus and v["slurm_gpu_partition_name"]:
+        nodes = hostlist.collect_hostlist(gpus)
+        default = "NO" if v["slurm_partition_name"] else "YES"
+        lines.append(
+            ["PartitionName", f"{v['slurm_gpu_partition_name']} Nodes={nodes} "
+             f"Default={default}{options}"]
+        )
+    return lines
+
+
+def slurm_conf(cluster: Cluster, data: Mapping[str, Any], cgroup: bool) -> list[list[str]]:
+    """slurm.conf as [key, value] pairs, in order (keys may repeat)."""
+    v = layered("slurm", data)
+    config = merge(v["slurm_default_config"], v["slurm_config"])
+    pairs: list[list[str]] = [["ClusterName", cluster.spec.cluster_name]]
+    for name in cluster.group("slurm_controller"):
+        pairs.append(["SlurmctldHost", f"{name}({cluster.hosts[name].address})"])
+    dbd = cluster.group("slurm_dbd")
+    if dbd:
+        pairs += [
+            ["AccountingStorageType", "accounting_storage/slurmdbd"],
+            ["AccountingStorageHost", dbd[0]],
+            ["AccountingStoragePort", _text(v["slurm_dbd_port"])],
+        ]
+    for key, value in config.items():
+        pairs.append([key, _text(value)])
+    user = v["slurm_config"] or {}
+    for key, value in PLUGINS[cgroup].items():
+        if key not in user and key not in (v["slurm_default_config"] or {}):
+            pairs.append([key, value])
+    return pairs + node_lines(cluster) + partition_lines(cluster, v)
+
+
+def dbd_settings(cluster: Cluster, data: Mapping[str, Any]) -> list[list[str]]:
+    v = layered("slurm", data)
+    dbd = cluster.group("slurm_dbd")
+    return [
+        ["AuthType", "auth/munge"],
+        ["DbdHost", dbd[0] if dbd else "localhost"],
+        ["DbdPort", _text(v["slurm_dbd_port"])],
+        ["SlurmUser", "slurm"],
+        ["LogFile", "/var/log/slurm/slurmdbd.log"],
+        ["PidFile", "/run/slurmdbd.pid"],
+        ["StorageType", "accounting_storage/mysql"],
+        ["StorageHost", "localhost"],
+        ["StorageUser", "slurm"],
+        ["StorageLoc", _text(v["slurm_dbd_database"])],
+    ]
+
+
+def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    v = layered("slurm", data)
+    controllers = list(cluster.group("slurm_controller"))
+    count = gres_count(cluster, host_name, data)
+    pattern = str(v["slurm_gpu_device_pattern"])
+    choice = v["slurm_cgroup_plugins"]
+    autodetect = v["slurm_gres_autodetect"]
+    return {
+        "slurm_conf": {
+            "cgroup": slurm_conf(cluster, data, True),
+            "nocgroup": slurm_conf(cluster, data, False),
+        },
+        # The deploys replace these two with what they read on the nodes when the
+        # inventory leaves them to detection (null).
+        "slurm_cgroup_enabled": True if choice is None else bool(choice),
+        "slurm_gres_autodetect_enabled": False if autodetect is None else bool(autodetect),
+        "slurm_cgroup_settings": [
+            [k, _text(x)]
+            for k, x in merge(v["slurm_default_cgroup_config"], v["slurm_cgroup_config"]).items()
+        ],
+        "slurm_dbd_settings": dbd_settings(cluster, data),
+        "slurm_gres_count": count,
+        "slurm_gres_devices": [pattern.replace("{index}", str(i)) for i in range(count)],
+        "slurm_is_controller": host_name in controllers,
+        "slurm_is_primary_controller": bool(controllers) and host_name == controllers[0],
+        "slurm_is_worker": host_name in cluster.group("slurm_workers"),
+        "slurm_is_dbd": host_name in cluster.group("slurm_dbd"),
+        "slurm_primary_controller": controllers[0] if controllers else "",
+        "slurm_cluster_hosts": sorted(
+            {*controllers, *cluster.group("slurm_workers"), *cluster.group("slurm_dbd")}
+        ),
+        # What the Ansible role runs to read the nodes (the pyinfra facts' commands).
+        "slurm_probe_commands": {"cgroup": CGROUP_COMMAND, "nvidia": NVIDIA_COMMAND},
+        # Where the munge key is (a reference, never the key).
+        "slurm_munge_key_ref": munge_key_ref(cluster, data),
+    }
+
+
+def munge_key_ref(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, str]:
+    """Where the munge key is: the inventory's secret, else a file on the deploying
+    machine, ``~/.local/share/aicluster/<cluster_name>/munge.key`` (made once)."""
+    name = layered("slurm", data)["slurm_munge_key_name"]
+    secret = cluster.spec.secrets.get(name)
+    if secret is not None:
+        return secret.model_dump(exclude_none=True)
+    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/munge.key"}
+
+
+def node_packages(v: Mapping[str, Any]) -> list[str]:
+    """The Slurm packages of this node's roles (OS vars and derived values in ``v``)."""
+    out = list(v["slurm_common_packages"])
+    if v["slurm_is_controller"]:
+        out += v["slurm_controller_packages"]
+    if v["slurm_is_worker"]:
+        out += v["slurm_worker_packages"]
+    if v["slurm_is_dbd"]:
+        out += v["slurm_dbd_packages"]
+    return out
+
+
+def version_matches(installed: str, wanted: str) -> bool:
+    """Whether an installed package version is the pinned version (or wanted is "")."""
+    if not wanted:
+        return True
+    return bool(re.match(rf"^(\d+:)?{re.escape(wanted)}([-+~.]|$)", installed))
+
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    out = []
+    for line in (text or "").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "=" in line:
+            key, value = line.split("=", 1)
+            out.append((key.strip(), value.strip()))
+    return out
+
+
+def restart_needed(old: str, new: str, keys: Iterable[str]) -> bool:
+    """Whether going from slurm.conf ``old`` to ``new`` needs the daemons restarted
+    (a key of ``keys`` or the node list changed) or ``scontrol reconfigure`` suffices.
+    No old file (first deploy) counts as a restart: the daemons start anyway."""
+    if not (old or "").strip():
+        return True
+    keys = set(keys) | {"NodeName"}
+    before = [p for p in _pairs(old) if p[0] in keys]
+    after = [p for p in _pairs(new) if p[0] in keys]
+    return sorted(before) != sorted(after)
+
+
+def validate(cluster: Cluster) -> list[str]:
+    """slurm's own checks of the inventory (host and field named)."""
+    errors = []
+    slurm_hosts = {
+        *cluster.group("slurm_controller"),
+        *cluster.group("slurm_workers"),
+        *cluster.group("slurm_dbd"),
+    }
+    if len(cluster.group("slurm_dbd")) > 1:
+        errors.append(
+            f"host {cluster.group('slurm_dbd')[1]!r}: groups: slurm_dbd allows at most 1 "
+            f"host; the inventory has {len(cluster.group('slurm_dbd'))}"
+        )
+    if slurm_hosts and not cluster.group("slurm_controller"):
+        first = sorted(slurm_hosts)[0]
+        errors.append(f"host {first!r}: groups: Slurm needs a slurm_controller host")
+    for name in sorted(slurm_hosts, key=list(cluster.hosts).index):
+        h = cluster.hosts[name]
+        v = layered("slurm", h.data)
+        where = f"host {name!r}"
+        gpus = h.spec.hardware.gpus.count
+        wanted = v["slurm_gres_gpus"]
+        if wanted is not None:
+            if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 0:
+                errors.append(f"{where}: slurm_gres_gpus: {wanted!r} is not a GPU count")
+            elif wanted > gpus:
+                errors.append(
+                    f"{where}: slurm_gres_gpus: {wanted} GPUs as GRES, but "
+                    f"hardware.gpus.count is {gpus}"
+                )
+        for var in ("slurm_cgroup_plugins", "slurm_gres_autodetect"):
+            if v[var] is not None and not isinstance(v[var], bool):
+                errors.append(f"{where}: {var}: must be true, false or None (detect)")
+        percent = v["slurm_memory_percent"]
+        if isinstance(percent, bool) or not isinstance(percent, int) or not 1 <= percent <= 100:
+            errors.append(f"{where}: slurm_memory_percent: {percent!r} is not 1-100")
+        for var in ("slurm_default_config", "slurm_config", "slurm_default_cgroup_config",
+                    "slurm_cgroup_config", "slurm_partition_options"):
+            value = v[var]
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                errors.append(f"{where}: {var}: must be a mapping of key to value")
+                continue
+            for key, item in value.items():
+                if not isinstance(key, str) or not KEY_RE.match(key):
+                    errors.append(f"{where}: {var}: {key!r} is not a Slurm key")
+                elif var == "slurm_config" and key in DERIVED_KEYS:
+                    errors.append(
+                        f"{where}: slurm_config.{key}: computed from the inventory; "
+                        "set the groups or hardware instead"
+                    )
+                elif item is not None and not VALUE_RE.match(_text(item)):
+                    errors.append(
+                        f"{where}: {var}.{key}: a value may not hold a newline or '#'"
+                    )
+        batch = v["slurm_upgrade_batch_size"]
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            errors.append(f"{where}: slurm_upgrade_batch_size: {batch!r} is not a count >= 1")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# The pyinfra deploy
+# ---------------------------------------------------------------------------
+
+
+def _any(*ops):
+    return lambda: any(op.did_change() for op in ops)
+
+
+def _render_conf(v: Mapping[str, Any]) -> str:
+    from aicluster.render import render
+
+    return render("slurm", "slurm.conf.j2", v)
+

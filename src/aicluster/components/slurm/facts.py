@@ -1,0 +1,68 @@
+"""Facts the slurm deploy reads on a node before it changes anything."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+from aicluster.components.slurm.probe import CGROUP_COMMAND, NVIDIA_COMMAND
+
+
+class CgroupWritable(FactBase):
+    """True when Slurm's cgroup plugins can work here (cgroups mounted read-write)."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
+    def command(self) -> str:
+        return CGROUP_COMMAND
+
+    def process(self, output):
+        return "".join(output).strip() == "yes"
+
+    default = bool
+
+
+class NvidiaDriver(FactBase):
+    """True when the NVIDIA kernel driver is loaded (not merely installed)."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
+    def command(self) -> str:
+        return NVIDIA_COMMAND
+
+    def process(self, output):
+        return "".join(output).strip() == "yes"
+
+    default = bool
+
+
+class SlurmConf(FactBase):
+    """The node's current slurm.conf ("" when there is none)."""
+
+    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    shares_shell = True
+
+    def command(self) -> str:
+        return "cat /etc/slurm/slurm.conf 2>/dev/null || true"
+
+    def process(self, output):
+        return "\n".join(output)
+
+    default = str
+
+
+class MariadbUser(FactBase):
+    """True when slurmdbd's database and MariaDB user exist."""
+
+    def command(self, database: str) -> str:
+        return (
+            "mysql -N -B -e \"SELECT COUNT(*) FROM mysql.user WHERE user = 'slurm'; "
+            f"SHOW DATABASES LIKE '{database}'\" 2>/dev/null || true"
+        )
+
+    def process(self, output):
+        lines = [line.strip() for line in output if line.strip()]
+        return len(lines) >= 2 and lines[0] != "0"
+
+    default = bool

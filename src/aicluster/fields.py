@@ -1,0 +1,65 @@
+"""Field types the components' settings models share, each written once: absolute paths,
+system account names, environment variable names, file modes, TCP ports, versions,
+counts, and config dicts (a key=value file written as a mapping)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, StringConstraints
+
+
+def _no_dots(path: str) -> str:
+    if any(part in (".", "..") for part in path.split("/")[1:]):
+        raise ValueError(f"{path!r} has a '.' or '..' component")
+    return path
+
+
+#: An absolute path of plain names (no spaces, no '..').
+AbsPath = Annotated[
+    str, StringConstraints(pattern=r"^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"),
+    AfterValidator(_no_dots),
+]
+#: A path below another (no leading '/').
+RelPath = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"),
+                    AfterValidator(lambda p: _no_dots("/" + p)[1:])]
+#: A system account or group name.
+AccountName = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
+#: An environment variable name.
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+#: A file mode in octal, as a string ("0755").
+FileMode = Annotated[str, StringConstraints(pattern=r"^[0-7]{3,4}$")]
+#: A mount or export option (``noatime``, ``nconnect=8``).
+MountOption = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.=:+/-]+$")]
+#: A TCP or UDP port.
+Port = Annotated[int, Field(ge=1, le=65535)]
+#: A count of at least one.
+Count = Annotated[int, Field(ge=1)]
+#: A count that may be zero.
+Size = Annotated[int, Field(ge=0)]
+#: A package or release version, or "" for "the newest the repository has".
+Version = Annotated[
+    str, StringConstraints(pattern=r"^([0-9]+(\.[0-9]+)*([-+~][0-9A-Za-z.+~-]+)?)?$")
+]
+#: A secret's name under the inventory's ``secrets``.
+SecretName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
+#: A config file written from a mapping (key=value lines): keys are plain words, values
+#: scalars with no newline.
+ConfigDict = dict[str, Any]
+
+_NEWLINE = re.compile(r"[\r\n]")
+
+
+def scalar_config(value: dict[str, Any]) -> dict[str, Any]:
+    """A config mapping whose values are scalars (or None: the key is left out) that hold
+    no newline (they are written one key a line)."""
+    for key, item in value.items():
+        if isinstance(item, (dict, list, tuple)):
+            raise ValueError(f"{key}: {item!r} is not a single value")
+        if item is not None and _NEWLINE.search(str(item)):
+            raise ValueError(f"{key}: a value may not hold a newline")
+    return value
+
+
+ScalarConfig = Annotated[dict[str, Any], AfterValidator(scalar_config)]
