@@ -38,6 +38,16 @@ def _ref(secrets: Mapping[str, Any], name: str) -> dict[str, str]:
     return {k: v for k, v in dict(ref).items() if v is not None}
 
 
+def secret_ref(cluster: Any, name: str, file_name: str) -> dict[str, str]:
+    """Where a component's secret is: the inventory's ``secrets.<name>``, else a file on
+    the deploying machine, ``~/.local/share/aicluster/<cluster_name>/<file_name>``
+    (generated once, the first time it is read)."""
+    secret = cluster.spec.secrets.get(name)
+    if secret is not None:
+        return secret.model_dump(exclude_none=True)
+    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/{file_name}"}
+
+
 def generate_file(path: str | os.PathLike, size: int = 1024) -> bool:
     """Create ``path`` with ``size`` random bytes, mode 0600, unless it exists.
     Returns whether it was created. Never overwrites."""

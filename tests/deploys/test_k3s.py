@@ -22,9 +22,9 @@ import yaml
 from pyinfra.api.exceptions import PyinfraError
 
 from aicluster import PROJECT_ROOT, artifacts
+from aicluster.common.settings import template_vars
 from aicluster.components.k3s import deploy as k3s
 from aicluster.components.k3s import derive as k3s_derive
-from aicluster.common.settings import template_vars
 from aicluster.components.k3s import facts as k3s_fact
 from aicluster.components.k3s import probe as k3s_probe
 from aicluster.inventory import InventoryError, load_cluster, validate
@@ -113,8 +113,9 @@ def _files(existing: dict[str, bytes]):
     def sha1(path, **kw):
         return hashlib.sha1(existing[path]).hexdigest() if path in existing else None
 
-    dirs = {"/etc/rancher/k3s": 755, "/usr/local/lib/aicluster/k3s": 755, k3s_derive.IMAGES_DIR: 755,
-            k3s_derive.MANIFESTS_DIR: 700, "/usr/local/bin": 755, "/usr/local/sbin": 755,
+    dirs = {"/etc/rancher/k3s": 755, "/usr/local/lib/aicluster/k3s": 755,
+            k3s_derive.IMAGES_DIR: 755, k3s_derive.MANIFESTS_DIR: 700, "/usr/local/bin": 755,
+            "/usr/local/sbin": 755,
             "/etc/systemd/system": 755}
 
     def directory(path, **kw):

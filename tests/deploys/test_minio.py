@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from aicluster import PROJECT_ROOT, artifacts
+from aicluster.common.settings import template_vars
 from aicluster.components.minio import deploy as minio
 from aicluster.components.minio import derive as minio_derive
-from aicluster.common.settings import template_vars
 from aicluster.components.minio.probe import command_text as state_command
 from aicluster.components.minio.probe import parse as state_parse
 from aicluster.inventory import InventoryError, load_cluster, validate

@@ -472,8 +472,8 @@ def test_infiniband_absent_no_nvidia_peermem():
 def test_peermem_can_be_turned_off():
     rdma = {n: node_output(rdma=("mlx5_0",)) for n in GPUS}
     p = _plan(nodes=rdma, extra={"nvidia_peermem": False})
-    assert nvidia_derive.PEERMEM_CONF not in [c.split("\n")[0][7:] for c in p.commands("gpu1").split(
-        "upload ")]
+    uploads = [c.split("\n")[0][7:] for c in p.commands("gpu1").split("upload ")]
+    assert nvidia_derive.PEERMEM_CONF not in uploads
     assert "Load nvidia-peermem at boot (RDMA devices here)" not in p.names("gpu1")
 
 

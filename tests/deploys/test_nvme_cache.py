@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 import pytest
 from pyinfra.api.exceptions import PyinfraError
 
+from aicluster.common.disks import check_devices, parse, root_disks
 from aicluster.components.nvme_cache import deploy as nvme_cache
 from aicluster.components.nvme_cache import derive as nvme_cache_derive
-from aicluster.common.disks import check_devices, parse, root_disks
 from aicluster.inventory import InventoryError, validate
 from tests.deploys.conftest import DISTRIBUTIONS
 from tests.deploys.harness import plan

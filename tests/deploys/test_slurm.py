@@ -169,7 +169,8 @@ def test_munge_key_missing_env_stops_without_showing_anything(key_file, monkeypa
 def test_slurm_conf_groups_nodes_and_partitions(key_file):
     p = _plan(key_file)
     conf = p.upload("head", slurm_derive.SLURM_CONF)
-    assert conf == p.upload("gpu1", slurm_derive.SLURM_CONF) == p.upload("cpu1", slurm_derive.SLURM_CONF)
+    assert conf == p.upload("gpu1", slurm_derive.SLURM_CONF)
+    assert conf == p.upload("cpu1", slurm_derive.SLURM_CONF)
     assert "ClusterName=demo\n" in conf
     assert "SlurmctldHost=head(10.10.0.10)\n" in conf
     assert "SelectType=select/cons_tres\n" in conf

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from aicluster.common.ops import system_user
 from aicluster.common.facts import UserAccount
+from aicluster.common.ops import system_user
 from tests.deploys.harness import plan
 
 RAY = {"home": "/var/lib/ray", "comment": None, "shell": "/usr/sbin/nologin", "uid": 999,

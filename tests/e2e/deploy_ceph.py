@@ -7,8 +7,8 @@ one, and the same deploy function deploy.py calls).
 
 from pyinfra import host
 
-from aicluster.components.ceph import deploy as ceph
 from aicluster.common.ops import current_cluster
+from aicluster.components.ceph import deploy as ceph
 
 if "ceph" in current_cluster().hosts[host.name].components():
     ceph.deploy()

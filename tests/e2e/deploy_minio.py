@@ -8,8 +8,8 @@ same deploy functions deploy.py calls).
 
 from pyinfra import host
 
-from aicluster.components.base import deploy as base
 from aicluster.common.ops import current_cluster
+from aicluster.components.base import deploy as base
 from aicluster.components.minio import deploy as minio
 
 _components = current_cluster().hosts[host.name].components()

@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 
 from aicluster import PROJECT_ROOT
+from aicluster.common.settings import merge_config as merge
 from aicluster.common.settings import template_vars
-from aicluster.components.slurm.derive import merge, restart_needed
+from aicluster.components.slurm.derive import restart_needed
 from aicluster.inventory import InventoryError, load_cluster
 from aicluster.render import defaults, render
 from tests.golden import GOLDEN_DIR, assert_golden

@@ -1,5 +1,5 @@
 """Filters the ceph role uses: the very Python the pyinfra deploy runs
-(aicluster.components.ceph.deploy, aicluster.common.disks), so both engines derive the same
+(aicluster.components.ceph.derive, aicluster.common.disks), so both engines derive the same
 keys and decide alike whether a device may become an OSD. Filters run on the
 deploying machine: the cluster's secret is read there and never leaves it (only the
 keyrings this host needs are copied, with no_log)."""
@@ -15,7 +15,8 @@ from aicluster.components.ceph.derive import (
 
 
 def aicluster_ceph_secrets(ref, name, size, fsid, entities, host_name, roles, client_name):
-    """The fsid, this host's keyrings and the key digests (aicluster.components.ceph.deploy.secrets)."""
+    """The fsid, this host's keyrings and the key digests
+    (aicluster.components.ceph.derive.secrets)."""
     return secrets(ref, name, size, fsid, entities, host_name, roles, client_name)
 
 

@@ -1,11 +1,10 @@
 """Filters the infiniband role uses: the very Python the pyinfra deploy runs
-(aicluster.components.infiniband.deploy, aicluster.components.infiniband.facts), so both engines read the
-HCA ports, decide about opensm and build the IPoIB interfaces alike. The network
-role's filters (aicluster_network_*) write the IPoIB interfaces."""
+(aicluster.components.infiniband.derive, aicluster.components.infiniband.probe), so both engines
+read the HCA ports, decide about opensm and build the IPoIB interfaces alike. The network role's
+filters (aicluster_network_*) write the IPoIB interfaces."""
 
 from __future__ import annotations
 
-from aicluster.components.infiniband.derive import missing_ports, opensm_decision, with_netdevs
 from aicluster.common.netconf import (
     apply_commands,
     ipoib_interfaces,
@@ -13,8 +12,9 @@ from aicluster.common.netconf import (
     renderer,
     rollback_commands,
 )
-from aicluster.components.network.derive import touches
+from aicluster.components.infiniband.derive import missing_ports, opensm_decision, with_netdevs
 from aicluster.components.infiniband.probe import parse
+from aicluster.components.network.derive import touches
 
 
 def _ipoib(ports, found, host_name):

@@ -1,8 +1,8 @@
 """Filters the minio role uses: the very Python the pyinfra deploy runs
-(aicluster.components.minio.deploy, aicluster.components.minio.facts, aicluster.common.disks), so both
-engines decide alike what may be done with a drive, when every server restarts, which
-buckets need mc, and derive the same root password. Filters run on the deploying
-machine: the root secret is read there (the tasks that touch it have no_log)."""
+(aicluster.components.minio.derive, aicluster.components.minio.probe, aicluster.common.disks),
+so both engines decide alike what may be done with a drive, when every server restarts, which
+buckets need mc, and derive the same root password. Filters run on the deploying machine: the
+root secret is read there (the tasks that touch it have no_log)."""
 
 from __future__ import annotations
 

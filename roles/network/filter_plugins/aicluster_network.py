@@ -1,5 +1,5 @@
-"""Filters the network role (and infiniband's IPoIB) use: the very Python the pyinfra
-deploy runs (aicluster.components.network.deploy, aicluster.components.network.facts), so both engines
+"""Filters the network role (and infiniband's IPoIB) use: the very Python the pyinfra deploy runs
+(aicluster.components.network.derive, aicluster.components.network.probe), so both engines
 choose the renderer, the files, the commands and the refusals alike."""
 
 from __future__ import annotations

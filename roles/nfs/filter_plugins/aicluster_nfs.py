@@ -1,5 +1,5 @@
 """Filters the nfs role uses: the very Python the pyinfra deploy runs
-(aicluster.components.nfs.facts, aicluster.components.nfs.deploy), so both engines decide alike."""
+(aicluster.components.nfs.probe, aicluster.components.nfs.derive), so both engines decide alike."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Filters the nvidia role uses: the very Python the pyinfra deploy runs
-(aicluster.components.nvidia.facts, aicluster.components.nvidia.deploy), so both engines decide alike."""
+(aicluster.components.nvidia.probe, aicluster.components.nvidia.derive), so both engines decide
+alike."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """Filters the nvme_cache role uses: the very Python the pyinfra deploy runs
-(aicluster.common.disks, aicluster.components.nvme_cache.deploy), so both engines decide alike
+(aicluster.common.disks, aicluster.components.nvme_cache.derive), so both engines decide alike
 whether a drive may be touched. A role of another storage component (ceph, minio)
 imports ``aicluster.common.disks`` in a filter plugin of its own the same way."""
 
 from __future__ import annotations
 
-from aicluster.components.nvme_cache.derive import plan_from_output
 from aicluster.common.disks import check_devices, parse
+from aicluster.components.nvme_cache.derive import plan_from_output
 
 
 def aicluster_disk_check(lines, wanted, ours=()):

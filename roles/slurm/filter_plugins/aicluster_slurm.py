@@ -1,5 +1,5 @@
 """Filters the slurm role uses: the very Python the pyinfra deploy runs
-(aicluster.components.slurm.deploy), so both engines decide alike."""
+(aicluster.components.slurm.derive), so both engines decide alike."""
 
 from __future__ import annotations
 

@@ -80,3 +80,23 @@ def template_vars(
     out.update(facts)
     out["inventory_hostname"] = host_name
     return out
+
+
+def merge_config(default: Mapping[str, Any] | None,
+                 user: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A config dict (``<c>_default_config`` and the user's ``<c>_config``): the user's
+    keys over the defaults, a key the user sets to None removed."""
+    out = dict(default or {})
+    for key, value in (user or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def config_text(value: Any, true: str = "yes", false: str = "no") -> str:
+    """A config value as the file writes it (a boolean in the file's own words)."""
+    if isinstance(value, bool):
+        return true if value else false
+    return str(value)

@@ -17,12 +17,14 @@ from typing import Any
 from aicluster.common.disks import cache_devices, check_devices, describe, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
-from aicluster.common.settings import layered, unknown_keys
+from aicluster.common.networks import host_address, pick_network
+from aicluster.common.settings import config_text, layered, merge_config, unknown_keys
 from aicluster.components.ceph.probe import command_text as ceph_command_text
 from aicluster.components.ceph.probe import parse as ceph_parse
 from aicluster.components.ceph.probe import request_text
 from aicluster.inventory import DEVICE_RE, Cluster
 from aicluster.secrets import read_secret
+from aicluster.secrets import secret_ref as _secret_ref
 
 CONF = "/etc/ceph/ceph.conf"
 ADMIN_KEYRING = "/etc/ceph/ceph.client.admin.keyring"
@@ -73,24 +75,11 @@ def cluster_data(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, Any]:
     return layered("ceph", cluster.hosts[mon].data if mon else data)
 
 
-def address(cluster: Cluster, name: str, network: str) -> str | None:
-    h = cluster.hosts[name]
-    return h.address if network == "management" else h.network_address(network)
-
-
 def ceph_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
     """The public network: ``ceph_network``, else storage when every Ceph host has an
     address there, else fabric likewise, else management."""
-    chosen = cluster_data(cluster, data)["ceph_network"]
-    if chosen:
-        return str(chosen)
-    names = ceph_hosts(cluster)
-    for network in ("storage", "fabric"):
-        if network in cluster.spec.networks and names and all(
-            address(cluster, n, network) for n in names
-        ):
-            return network
-    return "management"
+    return pick_network(cluster, cluster_data(cluster, data)["ceph_network"],
+                        ceph_hosts(cluster), ("storage", "fabric"))
 
 
 def osd_hosts(cluster: Cluster) -> list[str]:
@@ -184,7 +173,7 @@ def mon_addrs(cluster: Cluster, v: Mapping[str, Any], network: str) -> list[dict
     """Each monitor's name, address and address vector (msgr2 beside v1)."""
     out = []
     for name in cluster.group("ceph_mons"):
-        ip = address(cluster, name, network) or cluster.hosts[name].address
+        ip = host_address(cluster, name, network) or cluster.hosts[name].address
         host_ip = f"[{ip}]" if ":" in ip else ip
         vector = f"[v2:{host_ip}:3300,v1:{host_ip}:6789]" if v["ceph_msgr2"] else \
             f"v1:{host_ip}:6789"
@@ -192,24 +181,11 @@ def mon_addrs(cluster: Cluster, v: Mapping[str, Any], network: str) -> list[dict
     return out
 
 
-def merge_config(default: Mapping[str, Any], user: Mapping[str, Any]) -> dict[str, dict]:
+def merge_sections(default: Mapping[str, Any], user: Mapping[str, Any]) -> dict[str, dict]:
     """``ceph_config`` over ``ceph_default_config``, section by section; a key set to
     null is removed."""
-    out: dict[str, dict[str, Any]] = {s: dict(o or {}) for s, o in (default or {}).items()}
-    for section, options in (user or {}).items():
-        target = out.setdefault(section, {})
-        for key, value in (options or {}).items():
-            if value is None:
-                target.pop(key, None)
-            else:
-                target[key] = value
-    return out
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    return {section: merge_config((default or {}).get(section), (user or {}).get(section))
+            for section in {**(default or {}), **(user or {})}}
 
 
 def ceph_conf(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> list[dict]:
@@ -234,13 +210,14 @@ def ceph_conf(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> list
                  "1" if failure_domain(cluster, c) == "host" else "0"]]
     if size == 1:
         derived.append(["mon_allow_pool_size_one", "true"])
-    config = merge_config(v["ceph_default_config"], v["ceph_config"])
+    config = merge_sections(v["ceph_default_config"], v["ceph_config"])
     sections = [{"name": "global", "options": derived + [
-        [k, _text(o)] for k, o in config.pop("global", {}).items()
+        [k, config_text(o, "true", "false")] for k, o in config.pop("global", {}).items()
     ]}]
     for name, options in config.items():
         if options:
-            sections.append({"name": name, "options": [[k, _text(o)] for k, o in options.items()]})
+            sections.append({"name": name, "options": [
+                [k, config_text(o, "true", "false")] for k, o in options.items()]})
     return sections
 
 
@@ -258,11 +235,7 @@ def roles(cluster: Cluster, host_name: str) -> dict[str, bool]:
 def secret_ref(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, str]:
     """Where the cluster's Ceph secret is: the inventory's secret, else a file on the
     deploying machine, ``~/.local/share/aicluster/<cluster_name>/ceph.secret``."""
-    name = cluster_data(cluster, data)["ceph_keys_name"]
-    secret = cluster.spec.secrets.get(name)
-    if secret is not None:
-        return secret.model_dump(exclude_none=True)
-    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/ceph.secret"}
+    return _secret_ref(cluster, cluster_data(cluster, data)["ceph_keys_name"], "ceph.secret")
 
 
 def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -613,7 +586,7 @@ def validate(cluster: Cluster) -> list[str]:
         return errors
     public = ceph_network(cluster, {})
     for name in names:
-        if public != "management" and not address(cluster, name, public):
+        if public != "management" and not host_address(cluster, name, public):
             errors.append(f"host {name!r}: ceph_network: has no address on the {public} "
                           "network (hardware.nics, network_bonds or network_vlans)")
     cnet = c["ceph_cluster_network"]
@@ -623,7 +596,7 @@ def validate(cluster: Cluster) -> list[str]:
                           f"network ({', '.join(cluster.spec.networks)})")
         else:
             for name in osd_hosts(cluster):
-                if not address(cluster, name, cnet):
+                if not host_address(cluster, name, cnet):
                     errors.append(f"host {name!r}: ceph_cluster_network: has no address on "
                                   f"the {cnet} network")
     fsid = c["ceph_fsid"]

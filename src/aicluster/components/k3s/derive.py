@@ -8,16 +8,18 @@ import hashlib
 import hmac
 import ipaddress
 import re
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from aicluster import artifacts
 from aicluster.common.netconf import interfaces
-from aicluster.common.settings import layered
+from aicluster.common.networks import host_address, pick_network
+from aicluster.common.rollout import drain_command, uncordon_command
+from aicluster.common.settings import layered, merge_config
 from aicluster.components.k3s.probe import BINARY, TOKEN_FILE, command_text
 from aicluster.inventory import NETWORK_NAMES, VERSION_RE, Cluster
 from aicluster.secrets import read_secret
+from aicluster.secrets import secret_ref as _secret_ref
 
 CONFIG_DIR = "/etc/rancher/k3s"
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
@@ -88,21 +90,10 @@ def k3s_hosts(cluster: Cluster) -> list[str]:
     return [*servers(cluster), *agents(cluster)]
 
 
-def _node_address(cluster: Cluster, name: str, network: str) -> str | None:
-    h = cluster.hosts[name]
-    return h.address if network == "management" else h.network_address(network)
-
-
 def k3s_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
     """The network k3s runs on: the inventory's ``k3s_network``, or fabric when every
     k3s node has an address there, else management."""
-    chosen = layered("k3s", data)["k3s_network"]
-    if chosen:
-        return str(chosen)
-    nodes = k3s_hosts(cluster)
-    if nodes and all(_node_address(cluster, h, "fabric") for h in nodes):
-        return "fabric"
-    return "management"
+    return pick_network(cluster, layered("k3s", data)["k3s_network"], k3s_hosts(cluster))
 
 
 def _url_host(address: str) -> str:
@@ -112,10 +103,7 @@ def _url_host(address: str) -> str:
 def token_ref(cluster: Cluster) -> dict[str, str]:
     """Where the cluster token is: the inventory's ``secrets.k3s_token``, else a file on
     the deploying machine, ``~/.local/share/aicluster/<cluster_name>/k3s-token``."""
-    secret = cluster.spec.secrets.get(TOKEN_SECRET)
-    if secret is not None:
-        return secret.model_dump(exclude_none=True)
-    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/k3s-token"}
+    return _secret_ref(cluster, TOKEN_SECRET, "k3s-token")
 
 
 def has_gpus(cluster: Cluster, name: str) -> bool:
@@ -135,13 +123,8 @@ def node_config(v: Mapping[str, Any], *, role: str, host_name: str, node_ip: str
     out: dict[str, Any] = dict(v["k3s_default_config"] or {})
     if role == "server":
         out.update(v["k3s_server_default_config"] or {})
-    dropped = set()
-    for key, value in (v["k3s_config"] or {}).items():
-        if value is None:
-            out.pop(key, None)
-            dropped.add(key)
-        else:
-            out[key] = value
+    out = merge_config(out, v["k3s_config"])
+    dropped = {key for key, value in (v["k3s_config"] or {}).items() if value is None}
     if BIND_KEY not in out and BIND_KEY not in dropped:
         out[BIND_KEY] = node_ip
     out["node-name"] = host_name
@@ -168,33 +151,6 @@ def admin_server(cluster: Cluster, host_name: str) -> str:
     that is not the node itself (the node itself in a one-server cluster)."""
     others = [s for s in servers(cluster) if s != host_name]
     return others[0] if others else host_name
-
-
-def drain_command(node: str, timeout: int) -> str:
-    """Run on a server: cordon and drain ``node`` unless an administrator cordoned it
-    (the annotation marks the cordon as the rollout's, so only ours is lifted)."""
-    k = "k3s kubectl"
-    q = shlex.quote(node)
-    return (
-        f"if ! {k} get node {q} >/dev/null 2>&1; then echo '{node}: not registered yet; "
-        "nothing to drain'; "
-        f"elif [ \"$({k} get node {q} -o jsonpath='{{.spec.unschedulable}}')\" = true ] && "
-        f"[ -z \"$({k} get node {q} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
-        f"k3s-rollout}}')\" ]; then echo '{node}: cordoned by an administrator; it stays "
-        f"cordoned'; else {k} annotate --overwrite node {q} {ANNOTATION}=upgrade && "
-        f"{k} cordon {q} && {k} drain {q} --ignore-daemonsets --delete-emptydir-data "
-        f"--timeout={int(timeout)}s; fi"
-    )
-
-
-def uncordon_command(node: str) -> str:
-    k = "k3s kubectl"
-    q = shlex.quote(node)
-    return (
-        f"if [ -n \"$({k} get node {q} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
-        f"k3s-rollout}}' 2>/dev/null)\" ]; then {k} uncordon {q} && {k} annotate node {q} "
-        f"{ANNOTATION}-; else echo '{node}: not cordoned by the rollout; left as it is'; fi"
-    )
 
 
 # ---------------------------------------------------------------------------
@@ -248,7 +204,7 @@ def validate(cluster: Cluster) -> list[str]:
                     f"{where}: k3s_network: {network!r} is not a network of this inventory; "
                     f"declared: {', '.join(cluster.spec.networks)}"
                 )
-            elif not _node_address(cluster, name, network):
+            elif not host_address(cluster, name, network):
                 errors.append(
                     f"{where}: k3s_network: the host has no address on the {network} "
                     "network (node-ip); give it one in hardware.nics, or choose another "
@@ -459,8 +415,8 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
     first_data = cluster.hosts[first].data
     first_v = layered("k3s", first_data)
     network = k3s_network(cluster, first_data)
-    node_ip = _node_address(cluster, host_name, network) or cluster.hosts[host_name].address
-    first_ip = _node_address(cluster, first, network) or cluster.hosts[first].address
+    node_ip = host_address(cluster, host_name, network) or cluster.hosts[host_name].address
+    first_ip = host_address(cluster, first, network) or cluster.hosts[first].address
     registration = str(first_v["k3s_registration_address"] or "")
     port = int(first_v["k3s_api_port"])
     cluster_init = host_name == first and len(srv) >= 3
@@ -491,8 +447,9 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "k3s_gpu_cluster": any(has_gpus(cluster, h) for h in k3s_hosts(cluster)),
         "k3s_rollout_order": k3s_hosts(cluster),
         "k3s_admin_server": admin,
-        "k3s_drain_command": drain_command(host_name, int(v["k3s_drain_timeout"])),
-        "k3s_uncordon_command": uncordon_command(host_name),
+        "k3s_drain_command": drain_command(host_name, int(v["k3s_drain_timeout"]), ANNOTATION,
+                                           "upgrade"),
+        "k3s_uncordon_command": uncordon_command(host_name, ANNOTATION),
         "k3s_token_ref": token_ref(cluster),
         "k3s_token_file": TOKEN_FILE,
         "k3s_config_file": CONFIG_FILE,

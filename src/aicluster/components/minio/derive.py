@@ -19,12 +19,14 @@ from aicluster import artifacts
 from aicluster.common.disks import cache_devices, check_devices, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
-from aicluster.common.settings import layered, unknown_keys
+from aicluster.common.networks import host_address, pick_network
+from aicluster.common.settings import config_text, layered, merge_config, unknown_keys
 from aicluster.components.minio.probe import ALIAS, MC
 from aicluster.components.minio.probe import command_text as state_command_text
 from aicluster.components.minio.probe import parse as state_parse
 from aicluster.inventory import DEVICE_RE, NETWORK_NAMES, Cluster
 from aicluster.secrets import SecretError, read_secret
+from aicluster.secrets import secret_ref as _secret_ref
 
 ENV_FILE = "/etc/default/minio"
 UNIT = "/etc/systemd/system/minio.service"
@@ -72,24 +74,11 @@ def cluster_data(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, Any]:
     return layered("minio", cluster.hosts[hosts[0]].data if hosts else data)
 
 
-def _address(cluster: Cluster, name: str, network: str) -> str | None:
-    h = cluster.hosts[name]
-    return h.address if network == "management" else h.network_address(network)
-
-
 def minio_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
     """``minio_network``, else storage when every MinIO host has an address there,
     else fabric likewise, else management."""
-    chosen = cluster_data(cluster, data)["minio_network"]
-    if chosen:
-        return str(chosen)
-    names = minio_hosts(cluster)
-    for network in ("storage", "fabric"):
-        if network in cluster.spec.networks and names and all(
-            _address(cluster, n, network) for n in names
-        ):
-            return network
-    return "management"
+    return pick_network(cluster, cluster_data(cluster, data)["minio_network"],
+                        minio_hosts(cluster), ("storage", "fabric"))
 
 
 def url_hostname(name: str, network: str) -> str:
@@ -267,24 +256,6 @@ def tls_enabled(v: Mapping[str, Any]) -> bool:
     return bool(v["minio_tls_cert_file"])
 
 
-def merge_config(default: Mapping[str, Any] | None, user: Mapping[str, Any] | None) -> list:
-    """``minio_config`` over ``minio_default_config`` as ``[[KEY, value], ...]``; a key
-    set to null is removed."""
-    merged = dict(default or {})
-    for key, value in (user or {}).items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    return [[str(k), _text(val)] for k, val in merged.items()]
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
-
-
 def bucket_list(v: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for b in v["minio_buckets"] or []:
@@ -303,11 +274,8 @@ def fs_uuid(cluster: Cluster, host_name: str, device: str) -> str:
 def secret_ref(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, str]:
     """Where the root password's secret is: the inventory's secret, else a file on the
     deploying machine, ``~/.local/share/aicluster/<cluster_name>/minio.secret``."""
-    name = cluster_data(cluster, data)["minio_root_keys_name"]
-    secret = cluster.spec.secrets.get(name)
-    if secret is not None:
-        return secret.model_dump(exclude_none=True)
-    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/minio.secret"}
+    return _secret_ref(cluster, cluster_data(cluster, data)["minio_root_keys_name"],
+                       "minio.secret")
 
 
 def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -315,7 +283,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
     c = cluster_data(cluster, data)
     network = minio_network(cluster, data)
     me = cluster.hosts[host_name]
-    ip = _address(cluster, host_name, network) or me.address
+    ip = host_address(cluster, host_name, network) or me.address
     hosts = minio_hosts(cluster)
     first = hosts[0] if hosts else host_name
     lay = layout(cluster)
@@ -361,7 +329,10 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "minio_url_host": url_host,
         "minio_url": base_url,
         "minio_mc_alias": ALIAS,
-        "minio_environment": merge_config(v["minio_default_config"], v["minio_config"]),
+        "minio_environment": [
+            [str(k), config_text(x, "on", "off")]
+            for k, x in merge_config(v["minio_default_config"], v["minio_config"]).items()
+        ],
         "minio_drive_list": my_drives,
         "minio_device_list": [d["device"] for d in devices],
         "minio_directory_list": directories,
@@ -482,7 +453,7 @@ def validate(cluster: Cluster) -> list[str]:
         return errors
     chosen = minio_network(cluster, {})
     for name in names:
-        if not _address(cluster, name, chosen):
+        if not host_address(cluster, name, chosen):
             errors.append(f"host {name!r}: minio_network: has no address on the {chosen} "
                           "network (hardware.nics, network_bonds or network_vlans)")
     ports = []

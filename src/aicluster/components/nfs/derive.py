@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from aicluster.common.networks import host_address, pick_network
 from aicluster.common.settings import layered, unknown_keys
 from aicluster.components.nfs.probe import KERNEL_COMMAND
 from aicluster.inventory import NETWORK_NAMES, Cluster
@@ -58,31 +59,21 @@ def server_host(cluster: Cluster) -> str | None:
     return servers[0] if servers else None
 
 
-def _address(cluster: Cluster, name: str, network: str) -> str | None:
-    h = cluster.hosts[name]
-    return h.address if network == "management" else h.network_address(network)
-
-
 def nfs_network(cluster: Cluster) -> str:
     """The network clients reach the server on: ``nfs_network`` (the server's data), or
     storage where the server has an address, else fabric, else management."""
     name = server_host(cluster)
     if name is None:
         return "management"
-    chosen = layered("nfs", cluster.hosts[name].data)["nfs_network"]
-    if chosen:
-        return str(chosen)
-    for network in ("storage", "fabric"):
-        if network in cluster.spec.networks and _address(cluster, name, network):
-            return network
-    return "management"
+    return pick_network(cluster, layered("nfs", cluster.hosts[name].data)["nfs_network"],
+                        [name], ("storage", "fabric"))
 
 
 def server_address(cluster: Cluster) -> str | None:
     name = server_host(cluster)
     if name is None:
         return None
-    return _address(cluster, name, nfs_network(cluster)) or cluster.hosts[name].address
+    return host_address(cluster, name, nfs_network(cluster)) or cluster.hosts[name].address
 
 
 def _option_map(options: list[str]) -> dict[str, str | None]:
@@ -294,7 +285,7 @@ def _check_server(cluster: Cluster, name: str) -> list[str]:
         if network not in NETWORK_NAMES or network not in cluster.spec.networks:
             errors.append(f"{where}: nfs_network: {network!r} is not a network of the "
                           f"inventory ({', '.join(cluster.spec.networks)})")
-        elif not _address(cluster, name, network):
+        elif not host_address(cluster, name, network):
             errors.append(f"{where}: nfs_network: the NFS server has no address on the "
                           f"{network} network")
     exports = v["nfs_exports"]

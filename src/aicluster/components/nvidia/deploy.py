@@ -40,8 +40,6 @@ from aicluster.components.nvidia.derive import (
     PEERMEM_CONF,
     UNATTENDED,
     decide,
-    k3s_cordon_command,
-    k3s_uncordon_command,
     repo_location,
 )
 from aicluster.components.nvidia.facts import NvidiaNode
@@ -214,8 +212,8 @@ def _driver(v: dict[str, Any], plan: dict[str, Any]) -> None:
             install_args=args,
             drain=True,
             k3s_server=k3s,
-            k3s_cordon=k3s_cordon_command(host.name, v) if k3s else "",
-            k3s_uncordon=k3s_uncordon_command(host.name) if k3s else "",
+            k3s_cordon=v["nvidia_k3s_cordon_command"] if k3s else "",
+            k3s_uncordon=v["nvidia_k3s_uncordon_command"] if k3s else "",
             reboot_timeout=int(v["nvidia_reboot_timeout"]),
             batch_size=int(v["nvidia_upgrade_batch_size"]),
             _parallel=int(v["nvidia_upgrade_batch_size"]),

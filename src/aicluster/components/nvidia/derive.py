@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from aicluster.common.rollout import drain_command, uncordon_command
 from aicluster.common.settings import (
     layered,
 )
@@ -149,8 +150,9 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "nvidia_ib_declared": bool(h.spec.hardware.ib_ports),
         # The k3s server that cordons and drains this node (none: no k3s here).
         "nvidia_k3s_server": (k3s[0] if k3s else host_name) if is_k3s else "",
-        "nvidia_k3s_cordon_command": k3s_cordon_command(host_name, v),
-        "nvidia_k3s_uncordon_command": k3s_uncordon_command(host_name),
+        "nvidia_k3s_cordon_command": drain_command(
+            host_name, int(v["nvidia_drain_timeout"]), K3S_ANNOTATION, "driver"),
+        "nvidia_k3s_uncordon_command": uncordon_command(host_name, K3S_ANNOTATION),
         # What the Ansible role runs to read the node (the pyinfra fact's command), and
         # the variables it hands to decide() (through its filter plugin).
         "nvidia_fact_command": FACT_COMMAND,
@@ -362,29 +364,6 @@ def repo_location(distribution: Mapping[str, Any] | None, arch: str | None) -> l
     """:func:`repo_dirs` for pyinfra's LinuxDistribution and Arch facts."""
     meta = (distribution or {}).get("release_meta") or {}
     return repo_dirs(str(meta.get("ID", "")), (distribution or {}).get("major") or "", arch or "")
-
-
-def k3s_cordon_command(node: str, v: Mapping[str, Any]) -> str:
-    """Run on a k3s server: cordon and drain ``node`` unless an administrator cordoned
-    it; the annotation marks the cordon as this deploy's."""
-    k = "k3s kubectl"
-    return (
-        f"if [ \"$({k} get node {node} -o jsonpath='{{.spec.unschedulable}}')\" = true ] && "
-        f"[ -z \"$({k} get node {node} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
-        f"nvidia-drain}}')\" ]; then echo '{node}: cordoned by an administrator; it stays "
-        f"cordoned'; else {k} annotate --overwrite node {node} {K3S_ANNOTATION}=driver && "
-        f"{k} cordon {node} && {k} drain {node} --ignore-daemonsets --delete-emptydir-data "
-        f"--timeout={int(v['nvidia_drain_timeout'])}s; fi"
-    )
-
-
-def k3s_uncordon_command(node: str) -> str:
-    k = "k3s kubectl"
-    return (
-        f"if [ -n \"$({k} get node {node} -o jsonpath='{{.metadata.annotations.aicluster\\.io/"
-        f"nvidia-drain}}')\" ]; then {k} uncordon {node} && {k} annotate node {node} "
-        f"{K3S_ANNOTATION}-; else echo '{node}: not cordoned here; left as it is'; fi"
-    )
 
 
 # ---------------------------------------------------------------------------

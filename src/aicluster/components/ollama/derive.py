@@ -14,6 +14,7 @@ from typing import Any
 
 from aicluster import artifacts
 from aicluster.common.disks import cache_environment
+from aicluster.common.networks import host_address, pick_network
 from aicluster.common.settings import layered
 from aicluster.components.ollama.probe import command_text
 from aicluster.inventory import NETWORK_NAMES, Cluster
@@ -66,21 +67,10 @@ def _all_hosts(cluster: Cluster) -> list[str]:
     return list(dict.fromkeys([*ollama_hosts(cluster), *gateway_hosts(cluster)]))
 
 
-def _node_address(cluster: Cluster, name: str, network: str) -> str | None:
-    h = cluster.hosts[name]
-    return h.address if network == "management" else h.network_address(network)
-
-
 def ollama_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
     """The network Ollama and its gateway listen on: ``ollama_network``, or fabric when
     every Ollama and gateway node has an address there, else management."""
-    chosen = layered("ollama", data)["ollama_network"]
-    if chosen:
-        return str(chosen)
-    names = _all_hosts(cluster)
-    if names and all(_node_address(cluster, h, "fabric") for h in names):
-        return "fabric"
-    return "management"
+    return pick_network(cluster, layered("ollama", data)["ollama_network"], _all_hosts(cluster))
 
 
 def url_host(address: str) -> str:
@@ -137,7 +127,7 @@ def models_location(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -
 
 def _bind_address(cluster: Cluster, name: str, network: str) -> str:
     v = layered("ollama", cluster.hosts[name].data)
-    return str(v["ollama_host"] or _node_address(cluster, name, network)
+    return str(v["ollama_host"] or host_address(cluster, name, network)
                or cluster.hosts[name].address)
 
 
@@ -149,7 +139,7 @@ def upstreams(cluster: Cluster, network: str) -> list[str]:
         v = layered("ollama", cluster.hosts[name].data)
         bind = _bind_address(cluster, name, network)
         if bind in ("0.0.0.0", "::"):
-            bind = _node_address(cluster, name, network) or cluster.hosts[name].address
+            bind = host_address(cluster, name, network) or cluster.hosts[name].address
         out.append(f"{url_host(bind)}:{int(v['ollama_port'])}")
     return out
 
@@ -205,7 +195,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
     host_ = cluster.hosts[host_name]
     first = (_all_hosts(cluster) or [host_name])[0]
     network = ollama_network(cluster, cluster.hosts[first].data)
-    node_address = _node_address(cluster, host_name, network) or host_.address
+    node_address = host_address(cluster, host_name, network) or host_.address
     bind = str(v["ollama_host"] or node_address)
     models, on_cache = models_location(cluster, host_name, data)
     client_env = f"OLLAMA_HOST={url_host(_loopback_for(bind))}:{int(v['ollama_port'])}"
@@ -302,7 +292,7 @@ def validate(cluster: Cluster) -> list[str]:
                 f"{where}: ollama_network: {chosen!r} is not a network of this inventory; "
                 f"declared: {', '.join(cluster.spec.networks)}"
             )
-        elif not _node_address(cluster, name, network):
+        elif not host_address(cluster, name, network):
             errors.append(
                 f"{where}: ollama_network: the host has no address on the {network} network "
                 "(hardware.nics, network_bonds or network_vlans)"
@@ -355,7 +345,7 @@ def validate(cluster: Cluster) -> list[str]:
         errors += _check_models(cluster, where, v)
         if name in servers and name in gateways and not errors:
             bind = _bind_address(cluster, name, network)
-            listen = str(v["ollama_gateway_listen"] or _node_address(cluster, name, network))
+            listen = str(v["ollama_gateway_listen"] or host_address(cluster, name, network))
             if v["ollama_port"] == v["ollama_gateway_port"] and (
                 bind == listen or "0.0.0.0" in (bind, listen) or "::" in (bind, listen)
             ):

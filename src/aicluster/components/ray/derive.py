@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aicluster.common.disks import cache_environment
+from aicluster.common.networks import host_address, pick_network
 from aicluster.common.settings import layered, setting
 from aicluster.components.ray.probe import command_text
 from aicluster.inventory import NETWORK_NAMES, Cluster
@@ -39,24 +40,14 @@ def ray_hosts(cluster: Cluster) -> list[str]:
     )]
 
 
-def _node_address(cluster: Cluster, name: str, network: str) -> str | None:
-    h = cluster.hosts[name]
-    return h.address if network == "management" else h.network_address(network)
-
-
 def ray_network(cluster: Cluster, data: Mapping[str, Any]) -> str:
     """The network Ray runs on: the inventory's ``ray_network``, or fabric when every
     Ray node has an address there, else management."""
-    chosen = setting("ray", data, "ray_network")
-    if chosen:
-        return chosen
-    if all(_node_address(cluster, h, "fabric") for h in ray_hosts(cluster)):
-        return "fabric"
-    return "management"
+    return pick_network(cluster, setting("ray", data, "ray_network"), ray_hosts(cluster))
 
 
 def _bind_address(cluster: Cluster, name: str, network: str) -> str:
-    return _node_address(cluster, name, network) or cluster.hosts[name].address
+    return host_address(cluster, name, network) or cluster.hosts[name].address
 
 
 def node_ip(cluster: Cluster, host_name: str) -> str:
@@ -184,7 +175,7 @@ def validate(cluster: Cluster) -> list[str]:
                     f"{where}: ray_network: {network!r} is not a network of this inventory; "
                     f"declared: {', '.join(cluster.spec.networks)}"
                 )
-            elif not _node_address(cluster, name, network):
+            elif not host_address(cluster, name, network):
                 errors.append(
                     f"{where}: ray_network: the host has no address on the {network} network"
                 )

@@ -10,9 +10,10 @@ from typing import Any
 
 import hostlist
 
-from aicluster.common.settings import layered, setting
+from aicluster.common.settings import config_text, layered, merge_config, setting
 from aicluster.components.slurm.probe import CGROUP_COMMAND, NVIDIA_COMMAND
 from aicluster.inventory import Cluster
+from aicluster.secrets import secret_ref as _secret_ref
 
 CONF_DIR = "/etc/slurm"
 SLURM_CONF = f"{CONF_DIR}/slurm.conf"
@@ -55,24 +56,6 @@ VALUE_RE = re.compile(r"^[^\n\r#]*$")
 # ---------------------------------------------------------------------------
 
 
-def _text(value: Any) -> str:
-    """A slurm.conf value as text (booleans as YES/NO would be ambiguous: yes/no)."""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
-
-
-def merge(default: Mapping[str, Any] | None, user: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``user`` over ``default``; a key the user sets to None is removed."""
-    out = dict(default or {})
-    for key, value in (user or {}).items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
-
-
 def gres_count(cluster: Cluster, name: str, data: Mapping[str, Any]) -> int:
     wanted = setting("slurm", data, "slurm_gres_gpus")
     return cluster.hosts[name].spec.hardware.gpus.count if wanted is None else int(wanted)
@@ -100,7 +83,8 @@ def partition_lines(cluster: Cluster, v: Mapping[str, Any]) -> list[list[str]]:
     workers = list(cluster.group("slurm_workers"))
     if not workers:
         return []
-    options = " ".join(f"{k}={_text(o)}" for k, o in (v["slurm_partition_options"] or {}).items())
+    options = " ".join(
+        f"{k}={config_text(o)}" for k, o in (v["slurm_partition_options"] or {}).items())
     options = f" {options}" if options else ""
     lines = []
     if v["slurm_partition_name"]:
@@ -122,7 +106,7 @@ def partition_lines(cluster: Cluster, v: Mapping[str, Any]) -> list[list[str]]:
 def slurm_conf(cluster: Cluster, data: Mapping[str, Any], cgroup: bool) -> list[list[str]]:
     """slurm.conf as [key, value] pairs, in order (keys may repeat)."""
     v = layered("slurm", data)
-    config = merge(v["slurm_default_config"], v["slurm_config"])
+    config = merge_config(v["slurm_default_config"], v["slurm_config"])
     pairs: list[list[str]] = [["ClusterName", cluster.spec.cluster_name]]
     for name in cluster.group("slurm_controller"):
         pairs.append(["SlurmctldHost", f"{name}({cluster.hosts[name].address})"])
@@ -131,10 +115,10 @@ def slurm_conf(cluster: Cluster, data: Mapping[str, Any], cgroup: bool) -> list[
         pairs += [
             ["AccountingStorageType", "accounting_storage/slurmdbd"],
             ["AccountingStorageHost", dbd[0]],
-            ["AccountingStoragePort", _text(v["slurm_dbd_port"])],
+            ["AccountingStoragePort", config_text(v["slurm_dbd_port"])],
         ]
     for key, value in config.items():
-        pairs.append([key, _text(value)])
+        pairs.append([key, config_text(value)])
     user = v["slurm_config"] or {}
     for key, value in PLUGINS[cgroup].items():
         if key not in user and key not in (v["slurm_default_config"] or {}):
@@ -148,14 +132,14 @@ def dbd_settings(cluster: Cluster, data: Mapping[str, Any]) -> list[list[str]]:
     return [
         ["AuthType", "auth/munge"],
         ["DbdHost", dbd[0] if dbd else "localhost"],
-        ["DbdPort", _text(v["slurm_dbd_port"])],
+        ["DbdPort", config_text(v["slurm_dbd_port"])],
         ["SlurmUser", "slurm"],
         ["LogFile", "/var/log/slurm/slurmdbd.log"],
         ["PidFile", "/run/slurmdbd.pid"],
         ["StorageType", "accounting_storage/mysql"],
         ["StorageHost", "localhost"],
         ["StorageUser", "slurm"],
-        ["StorageLoc", _text(v["slurm_dbd_database"])],
+        ["StorageLoc", config_text(v["slurm_dbd_database"])],
     ]
 
 
@@ -176,8 +160,9 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "slurm_cgroup_enabled": True if choice is None else bool(choice),
         "slurm_gres_autodetect_enabled": False if autodetect is None else bool(autodetect),
         "slurm_cgroup_settings": [
-            [k, _text(x)]
-            for k, x in merge(v["slurm_default_cgroup_config"], v["slurm_cgroup_config"]).items()
+            [k, config_text(x)]
+            for k, x in merge_config(v["slurm_default_cgroup_config"],
+                                     v["slurm_cgroup_config"]).items()
         ],
         "slurm_dbd_settings": dbd_settings(cluster, data),
         "slurm_gres_count": count,
@@ -200,11 +185,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
 def munge_key_ref(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, str]:
     """Where the munge key is: the inventory's secret, else a file on the deploying
     machine, ``~/.local/share/aicluster/<cluster_name>/munge.key`` (made once)."""
-    name = layered("slurm", data)["slurm_munge_key_name"]
-    secret = cluster.spec.secrets.get(name)
-    if secret is not None:
-        return secret.model_dump(exclude_none=True)
-    return {"file": f"~/.local/share/aicluster/{cluster.spec.cluster_name}/munge.key"}
+    return _secret_ref(cluster, layered("slurm", data)["slurm_munge_key_name"], "munge.key")
 
 
 def node_packages(v: Mapping[str, Any]) -> list[str]:
@@ -300,7 +281,7 @@ def validate(cluster: Cluster) -> list[str]:
                         f"{where}: slurm_config.{key}: computed from the inventory; "
                         "set the groups or hardware instead"
                     )
-                elif item is not None and not VALUE_RE.match(_text(item)):
+                elif item is not None and not VALUE_RE.match(config_text(item)):
                     errors.append(
                         f"{where}: {var}.{key}: a value may not hold a newline or '#'"
                     )
