@@ -25,16 +25,15 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, systemd
 
+from aicluster.common.netconf import distribution_name, renderer
 from aicluster.common.ops import current_cluster, install_packages, put_template, write_config
 from aicluster.common.settings import layered, os_family
 from aicluster.components.network.derive import (
     TUNING_SCRIPT,
     TUNING_UNIT,
     derived_vars,
-    distribution_name,
     management_refusal,
     missing_nics,
-    renderer,
     touches,
 )
 from aicluster.components.network.facts import ManagementInterface, NetworkInterfaces
