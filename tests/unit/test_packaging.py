@@ -85,6 +85,12 @@ def test_the_installed_package_comes_from_the_wheel(wheel_venv):
     venv, env, work = wheel_venv
     where = _py(venv, env, work, "import aicluster; print(aicluster.__file__)").strip()
     assert Path(where).is_relative_to(venv), f"aicluster imported from {where}, not the wheel"
+    # Every module of the source tree, packages without an __init__.py included.
+    installed = Path(where).parent
+    modules = {p.relative_to(ROOT / "src" / "aicluster")
+               for p in (ROOT / "src" / "aicluster").rglob("*.py")}
+    missing = sorted(str(m) for m in modules if not (installed / m).is_file())
+    assert not missing, f"not in the wheel: {missing}"
 
 
 def test_roles_playbooks_and_deploy_file_resolve_inside_the_installed_package(wheel_venv):
