@@ -34,6 +34,31 @@ def validate(inventory: str) -> None:
     )
 
 
+_PATHS = {
+    "deploy": "DEPLOY_FILE",
+    "roles": "ROLES_DIR",
+    "playbooks": "PLAYBOOKS_DIR",
+    "inventories": "INVENTORIES_DIR",
+    "ansible-cfg": "ANSIBLE_CFG",
+}
+
+
+@main.command()
+@click.argument("what", type=click.Choice(sorted(_PATHS)))
+def path(what: str) -> None:
+    """Print where the project's deploy.py, roles, playbooks, example inventories or
+    ansible.cfg are: in the installed package, or in the clone it runs from.
+
+    \b
+      pyinfra my-cluster.py "$(aicluster path deploy)"
+      ANSIBLE_CONFIG="$(aicluster path ansible-cfg)" \\
+        ansible-playbook -i my-cluster.py "$(aicluster path playbooks)/site.yml"
+    """
+    import aicluster
+
+    click.echo(str(getattr(aicluster, _PATHS[what])))
+
+
 @main.group()
 def artifacts() -> None:
     """Pinned release artifacts (k3s, MinIO, Ollama ...): list, fetch for offline sites."""

@@ -1,0 +1,1 @@
+../../roles/ceph/filter_plugins/aicluster_ceph.py

@@ -1,0 +1,1 @@
+../../roles/infiniband/filter_plugins/aicluster_infiniband.py

@@ -1,0 +1,1 @@
+../../roles/k3s/filter_plugins/aicluster_k3s.py

@@ -1,0 +1,1 @@
+../../roles/minio/filter_plugins/aicluster_minio.py

@@ -1,0 +1,1 @@
+../../roles/network/filter_plugins/aicluster_network.py

@@ -1,0 +1,1 @@
+../../roles/nfs/filter_plugins/aicluster_nfs.py

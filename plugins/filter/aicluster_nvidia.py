@@ -1,0 +1,1 @@
+../../roles/nvidia/filter_plugins/aicluster_nvidia.py

@@ -1,0 +1,1 @@
+../../roles/slurm/filter_plugins/aicluster_slurm.py

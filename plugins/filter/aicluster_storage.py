@@ -1,0 +1,1 @@
+../../roles/nvme_cache/filter_plugins/aicluster_storage.py
