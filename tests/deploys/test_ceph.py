@@ -209,7 +209,7 @@ def test_keyrings_are_0600_owned_by_ceph_and_their_keys_never_named(secret):
     cluster, v, keys = _keys(secret, hosts, groups, "ceph1")
     for path in ("/etc/ceph/ceph.client.admin.keyring", "/etc/ceph/aicluster-mon.keyring",
                  "/var/lib/ceph/mgr/ceph-ceph1/keyring", "/var/lib/ceph/mds/ceph-ceph1/keyring",
-                 "/var/lib/ceph/bootstrap-osd/ceph_derive.keyring"):
+                 "/var/lib/ceph/bootstrap-osd/ceph.keyring"):
         op = p.op("ceph1", f"Keyring {path} (mode 0600, never shown)")
         assert f"chmod 600 {path}" in op.text and f"chown ceph:ceph {path}" in op.text
         assert p.upload("ceph1", path) == repr(keys["keyrings"][path].encode())

@@ -19,6 +19,7 @@ import pytest
 from pyinfra import host
 
 from aicluster.common.ops import current_cluster
+from aicluster.common.settings import layered
 from aicluster.components.nvidia import deploy as nvidia
 from aicluster.components.nvidia import derive as nvidia_derive
 from aicluster.components.nvidia.probe import parse, turing_or_newer
@@ -401,7 +402,7 @@ def test_node_without_nvidia_gpu_gets_nothing_and_says_why():
     p = _plan(hosts=hosts, groups={"gpu_nodes": []}, nodes={"cpu1": node_output(gpus=0)})
     assert p.ops["cpu1"] == []  # not in gpu_nodes: the component does not run there
     decision = nvidia_derive.decide(
-        {**nvidia.layered("nvidia", {}), "nvidia_gpu_vendor": "nvidia",
+        {**layered("nvidia", {}), "nvidia_gpu_vendor": "nvidia",
          "nvidia_expected_gpus": 0, "nvidia_gpu_model": ""},
         parse(node_output(gpus=0, nvswitches=0)), "cpu1", "debian")
     assert decision["action"] == "skip"
