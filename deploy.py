@@ -10,19 +10,19 @@ from pyinfra import host, logger
 
 from aicluster.artifacts import ArtifactError, resolve_cluster
 from aicluster.deploys import component_module, current_cluster
-from aicluster.facts.memo import memoize_facts, prefetch_facts, remember_reads
+from aicluster.accel.memo import memoize_facts, prefetch_facts, remember_reads
 from aicluster.inventory import InventoryError
-from aicluster.pyinfra_fixes import connect_once
-from aicluster.pyinfra_speed import speed_up_pyinfra
+from aicluster.accel.connect_once import connect_once
+from aicluster.accel.speed import speed_up_pyinfra
 
 # pyinfra's bookkeeping for each operation, without reading every source file on the
-# stack or re-evaluating type hints each time (aicluster.pyinfra_speed).
+# stack or re-evaluating type hints each time (aicluster.accel.speed).
 speed_up_pyinfra()
 # One connection per host, however many hosts' deploys read a left-out host's facts at
-# once (aicluster.pyinfra_fixes: `--limit` hung without it).
+# once (aicluster.accel.connect_once: `--limit` hung without it).
 connect_once()
 # Each fact is read once per host until something changes on a host; the facts the last
-# run read are fetched in one command first (aicluster.facts.memo).
+# run read are fetched in one command first (aicluster.accel.memo).
 memoize_facts()
 # (pyinfra runs this file for all hosts at once, so they are fetched in parallel)
 logger.debug("%s: %d facts prefetched", host.name, prefetch_facts(host))

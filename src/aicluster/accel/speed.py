@@ -13,7 +13,7 @@ On the whole stack that was most of the deploying machine's CPU in a no-op re-ru
 one that walks the frames directly and returns the same list: the operation
 file's number, then the line number of every frame from the outermost frame of the
 deploy file inwards, leaving out frames inside pyinfra. It is the same function, made
-cheap; tests/unit/test_pyinfra_speed.py checks both give the same answer.
+cheap; tests/unit/test_accel_speed.py checks both give the same answer.
 
 The global arguments. pyinfra lists the global operation arguments (``_sudo``,
 ``_if`` ...) with ``typing.get_type_hints`` of its ``AllArguments`` type for every

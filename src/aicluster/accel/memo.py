@@ -57,7 +57,7 @@ NOT_REMEMBERED = frozenset({"pyinfra.facts.server:Command"})
 #: pyinfra fact commands (their exact text) and what the one-command read runs
 #: instead: the same output from the shell itself, not a process each (uname) or three
 #: (``ls | grep`` for the release files). A pyinfra that changes its command text gets
-#: its own run. tests/unit/test_fact_memo.py compares the outputs.
+#: its own run. tests/unit/test_accel_memo.py compares the outputs.
 CHEAPER_COMMANDS = {
     "uname -n": ('{ read -r v < /proc/sys/kernel/hostname && printf "%s\\n" "$v"; } '
                  '2>/dev/null || uname -n'),
@@ -88,7 +88,7 @@ DPKG_STATUS_LIST = (
 )
 #: pyinfra fact commands (the fact's name and the exact text) the one-command read
 #: swaps for one printing other text that the fact parses to the same answer.
-#: tests/unit/test_fact_memo.py compares the answers.
+#: tests/unit/test_accel_memo.py compares the answers.
 CHEAPER_PARSED = {
     ("pyinfra.facts.deb:DebPackages", "dpkg -l"): DPKG_STATUS_LIST,
 }
@@ -402,7 +402,7 @@ def shares_shell(cls, command: str) -> bool:
     busy node): our facts that say so (``shares_shell``: the command never changes
     directory, options or traps, never exits, and sets every variable before reading
     it), the stand-ins of :data:`CHEAPER_COMMANDS` and ``command -v NAME || true``.
-    tests/unit/test_fact_memo.py runs each with its variables set beforehand."""
+    tests/unit/test_accel_memo.py runs each with its variables set beforehand."""
     return (getattr(cls, "shares_shell", False) is True
             or command in _CHEAPER_TEXTS or bool(_COMMAND_V.match(command)))
 
