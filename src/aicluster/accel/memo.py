@@ -48,6 +48,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from aicluster.accel.guard import PATCHES
 from aicluster.render import plain_copy
 
 #: Where the fact names a host was asked for are kept between runs.
@@ -327,7 +328,7 @@ def memoize_facts() -> None:
         return plain_copy(memo[key])
 
     get_fact.aicluster_memo = True  # type: ignore[attr-defined]
-    api_host.get_fact = get_fact
+    PATCHES.replace(api_host, "get_fact", get_fact)
     if getattr(FunctionCommand.execute, "aicluster_memo", False):
         return
 
@@ -346,7 +347,7 @@ def memoize_facts() -> None:
         return wrapper
 
     for name in ("run_shell_command", "put_file", "rsync"):
-        setattr(api_host.Host, name, changing(getattr(api_host.Host, name)))
+        PATCHES.replace(api_host.Host, name, changing(getattr(api_host.Host, name)))
 
     function_execute = FunctionCommand.execute
 
@@ -360,7 +361,7 @@ def memoize_facts() -> None:
             _forget(state)
 
     execute.aicluster_memo = True  # type: ignore[attr-defined]
-    FunctionCommand.execute = execute  # type: ignore[method-assign]
+    PATCHES.replace(FunctionCommand, "execute", execute)
 
 
 # --- remembering reads between runs -------------------------------------------------
@@ -845,5 +846,14 @@ def remember_reads(state) -> None:
             save_reads(host)
             save_stats(state, host.name)
 
-    state.add_callback_handler(SaveReads())
+    handler = SaveReads()
+    state.add_callback_handler(handler)
     state.__dict__["aicluster_remembering"] = True
+
+    def forget_handler() -> None:
+        handlers = getattr(state, "callback_handlers", None)
+        if isinstance(handlers, list) and handler in handlers:
+            handlers.remove(handler)
+        state.__dict__.pop("aicluster_remembering", None)
+
+    PATCHES.on_undo(forget_handler)
