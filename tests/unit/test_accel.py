@@ -209,3 +209,15 @@ def test_every_pyinfra_name_the_accelerator_imports_is_checked_first():
 def test_the_tested_range_is_one_minor_release():
     assert "3.10.0" in accel.TESTED_PYINFRA and "3.10.9" in accel.TESTED_PYINFRA
     assert "3.11.0" not in accel.TESTED_PYINFRA and "3.9.9" not in accel.TESTED_PYINFRA
+
+
+def test_the_inventory_setting_is_a_cluster_wide_bool(spec):
+    from aicluster.inventory import InventoryError, load_cluster
+
+    assert load_cluster(spec.write()).spec.pyinfra_accelerator is True
+    spec.set("all.pyinfra_accelerator", False)
+    assert load_cluster(spec.write()).spec.pyinfra_accelerator is False
+    spec.set("all.pyinfra_accelerator", "sometimes")
+    with pytest.raises(InventoryError) as caught:
+        load_cluster(spec.write())
+    assert "pyinfra_accelerator" in str(caught.value)
