@@ -8,29 +8,26 @@ not built yet are skipped.
 
 from pyinfra import host, logger
 
+from aicluster import accel
 from aicluster.artifacts import ArtifactError, resolve_cluster
-from aicluster.components import component_module
 from aicluster.common.ops import current_cluster
-from aicluster.facts.memo import memoize_facts, prefetch_facts, remember_reads
+from aicluster.components import component_module
 from aicluster.inventory import InventoryError
-from aicluster.pyinfra_fixes import connect_once
-from aicluster.pyinfra_speed import speed_up_pyinfra
-
-# pyinfra's bookkeeping for each operation, without reading every source file on the
-# stack or re-evaluating type hints each time (aicluster.pyinfra_speed).
-speed_up_pyinfra()
-# One connection per host, however many hosts' deploys read a left-out host's facts at
-# once (aicluster.pyinfra_fixes: `--limit` hung without it).
-connect_once()
-# Each fact is read once per host until something changes on a host; the facts the last
-# run read are fetched in one command first (aicluster.facts.memo).
-memoize_facts()
-# (pyinfra runs this file for all hosts at once, so they are fetched in parallel)
-logger.debug("%s: %d facts prefetched", host.name, prefetch_facts(host))
-remember_reads(host.state)
 
 try:
     _cluster = current_cluster()
+except InventoryError as exc:
+    raise SystemExit(f"aicluster: {exc}") from None
+
+# The pyinfra accelerator (aicluster.accel): facts read once per host and the last run's
+# reads fetched in one command, pyinfra's per-operation bookkeeping made cheap, one
+# connection per host. On only for the pyinfra versions it was tested with, unless
+# AICLUSTER_ACCEL=0 or `pyinfra_accelerator = False`; otherwise this is stock pyinfra,
+# and it says so in one line. (pyinfra runs this file for all hosts at once, so their
+# facts are prefetched in parallel.)
+accel.enable(host, host.state, wanted=_cluster.spec.pyinfra_accelerator)
+
+try:
     # Every release artifact the inventory needs, found or downloaded once and verified
     # on this machine before any operation runs (aicluster.artifacts).
     resolve_cluster(_cluster)

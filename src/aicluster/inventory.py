@@ -346,6 +346,11 @@ class ClusterSpec(BaseModel):
     #: of pinned files for sites without internet, and the download cache.
     artifacts_dir: str | None = None
     artifacts_cache_dir: str | None = None
+    #: The pyinfra accelerator (aicluster.accel: fact memo and prefetch, cheaper
+    #: operation bookkeeping, one connection per host). False: the deploy runs on stock
+    #: pyinfra. It is off anyway on a pyinfra it was not tested with, or with
+    #: AICLUSTER_ACCEL=0 in the environment.
+    pyinfra_accelerator: bool = True
 
     @field_validator("artifacts_dir", "artifacts_cache_dir")
     @classmethod

@@ -87,3 +87,69 @@ def test_slurm_config_change_reconfigures_keeping_a_running_job(testbed):
         assert result["errors"] == 0 and result["changed"] > 0, result
 
     assert_slurm_reconfigures_keeping_jobs(testbed, deploy)
+
+
+# --- the pyinfra accelerator off, or stepping aside (aicluster.accel) ---------------
+
+# A pyinfra that renamed a private function the accelerator uses: on PYTHONPATH, this
+# sitecustomize compiles pyinfra.api.facts with ``_make_command`` renamed (its own calls
+# too), so pyinfra works and the accelerator finds the name missing.
+PYINFRA_WITHOUT_MAKE_COMMAND = '''
+import importlib.abc
+import importlib.machinery
+import sys
+
+
+class _Renamed(importlib.machinery.SourceFileLoader):
+    def get_code(self, fullname):
+        source = self.get_source(fullname).replace("_make_command", "_make_command_renamed")
+        return compile(source, self.path, "exec")
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "pyinfra.api.facts":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            spec.loader = _Renamed(spec.loader.name, spec.loader.path)
+        return spec
+
+
+sys.meta_path.insert(0, _Finder())
+'''
+
+
+def _converged():
+    """A deploy with the accelerator on, so that the next starts from a converged
+    testbed whatever the tests before left (the Slurm test's setting change)."""
+    result = pyinfra_results(_output(_deploy()))
+    assert result["errors"] == 0, result
+
+
+def _stock_rerun(prefix):
+    """A re-run on stock pyinfra: it succeeds, changes nothing, and says once why."""
+    proc = _deploy(prefix)
+    out = _output(proc)
+    result = pyinfra_results(out)
+    assert result["changed"] == 0 and result["errors"] == 0, result
+    assert result["no_change"] > 0, result
+    lines = [line.strip() for line in out.splitlines() if "running on stock pyinfra" in line]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_rerun_with_the_accelerator_switched_off_changes_nothing(testbed):
+    _converged()
+    line = _stock_rerun(["env", "AICLUSTER_ACCEL=0"])
+    assert "off by AICLUSTER_ACCEL=0" in line, line
+    print(f"re-run on stock pyinfra: 0 changes; {line}")
+
+
+def test_rerun_on_a_pyinfra_lacking_a_private_name_steps_aside(testbed, tmp_path):
+    _converged()
+    (tmp_path / "sitecustomize.py").write_text(PYINFRA_WITHOUT_MAKE_COMMAND)
+    # (conftest's env() drops PYTHONPATH; `env` sets it for pyinfra alone)
+    line = _stock_rerun(["env", f"PYTHONPATH={tmp_path}"])
+    assert "stepped aside (pyinfra.api.facts has no _make_command)" in line, line
+    print(f"re-run on a pyinfra without _make_command: 0 changes; {line}")

@@ -100,3 +100,14 @@ class InventorySpec:
 def spec(tmp_path: Path) -> InventorySpec:
     """A valid two-host inventory (n1, n2) to change and write."""
     return InventorySpec(directory=tmp_path / "inventory")
+
+
+@pytest.fixture(autouse=True)
+def _pyinfra_accelerator_undone(monkeypatch):
+    """Whatever a test installed of the pyinfra accelerator (aicluster.accel) is undone
+    after it: pyinfra is stock again for the next test. (It asks for monkeypatch so
+    that it is undone first, before what the test monkeypatched under it.)"""
+    yield
+    from aicluster import accel
+
+    accel.disable()

@@ -23,7 +23,7 @@ class ContainerVirt(FactBase):
     one of the files systemd-detect-virt reads: that file, read by the shell, spares
     starting systemd-detect-virt there."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def command(self) -> str:
@@ -38,7 +38,7 @@ class ContainerVirt(FactBase):
 class NftTable(FactBase):
     """Whether the nftables table ``family table`` is loaded (False without nft)."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def command(self, family: str, table: str) -> str:
@@ -52,7 +52,7 @@ class NftTable(FactBase):
 class GlobPaths(FactBase):
     """The paths a shell glob matches, sorted (an empty list when none)."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def command(self, pattern: str) -> str:
@@ -71,7 +71,7 @@ class UserAccount(FactBase):
     ``Users`` runs five commands for every account on the node; this reads one, the
     way ``id`` sees it (through NSS, as useradd and the services do)."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def command(self, user: str) -> str:
@@ -103,11 +103,11 @@ class UserAccount(FactBase):
 class UnitLoaded(FactBase):
     """Whether systemd knows the unit (its unit file is installed), enabled or not."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     #: The unit property read (as pyinfra's systemd facts name theirs): the fact
-    #: prefetch reads it with other units' states in one systemctl (facts.memo).
+    #: prefetch reads it with other units' states in one systemctl (accel.memo).
     state_key = "LoadState"
 
     def requires_command(self, *args, **kwargs) -> str:

@@ -15,7 +15,7 @@ from aicluster.components.infiniband.probe import PORTS_COMMAND, parse
 class InfinibandPorts(FactBase):
     """Every InfiniBand/RoCE port of the node (empty without an HCA)."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def command(self) -> str:

@@ -22,7 +22,7 @@ from aicluster.components.network.probe import (
 class NetworkInterfaces(FactBase):
     """The node's network interfaces, as :func:`parse_interfaces` describes them."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def command(self) -> str:
@@ -37,7 +37,7 @@ class NetworkInterfaces(FactBase):
 class ManagementInterface(FactBase):
     """The interface holding the address the deploy connects through, or None."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     requires_command = "ip"

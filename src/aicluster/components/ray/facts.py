@@ -16,7 +16,7 @@ from aicluster.components.ray.probe import command_text, parse
 class RayNode(FactBase):
     """Ray on a node, as :func:`parse` describes it."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def default(self) -> dict:

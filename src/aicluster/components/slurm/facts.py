@@ -10,7 +10,7 @@ from aicluster.components.slurm.probe import CGROUP_COMMAND, NVIDIA_COMMAND
 class CgroupWritable(FactBase):
     """True when Slurm's cgroup plugins can work here (cgroups mounted read-write)."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def command(self) -> str:
@@ -25,7 +25,7 @@ class CgroupWritable(FactBase):
 class NvidiaDriver(FactBase):
     """True when the NVIDIA kernel driver is loaded (not merely installed)."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def command(self) -> str:
@@ -40,7 +40,7 @@ class NvidiaDriver(FactBase):
 class SlurmConf(FactBase):
     """The node's current slurm.conf ("" when there is none)."""
 
-    #: Its command may run in the one-command read's own shell (facts.memo.shares_shell).
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
 
     def command(self) -> str:

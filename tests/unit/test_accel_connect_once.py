@@ -1,4 +1,4 @@
-"""aicluster.pyinfra_fixes.connect_once: a host is connected once, however many
+"""aicluster.accel.connect_once.connect_once: a host is connected once, however many
 greenlets ask for one of its facts at the same time."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import gevent
 from pyinfra.api import Config, Inventory, State
 
-from aicluster.pyinfra_fixes import connect_once
+from aicluster.accel.connect_once import connect_once
 
 
 def _host():

@@ -1,4 +1,4 @@
-"""A fix to pyinfra that aicluster's deploy needs, installed by ``deploy.py``.
+"""A fix to pyinfra for aicluster's deploy, installed by ``aicluster.accel.enable``.
 
 One connection per host. pyinfra connects to a host outside the ones it runs on (the
 hosts ``--limit`` leaves out) when a deploy first reads one of its facts. A
@@ -18,12 +18,14 @@ reader uses that connection.
 
 from __future__ import annotations
 
+from aicluster.accel.guard import PATCHES
+
 _INSTALLED: list[bool] = []
 
 
 def connect_once() -> None:
     """Make pyinfra's ``Host.connect`` connect each host once, however many greenlets
-    ask at the same time (idempotent)."""
+    ask at the same time (idempotent; undone by ``aicluster.accel.disable``)."""
     if _INSTALLED:
         return
     from pyinfra.api.host import Host
@@ -45,5 +47,5 @@ def connect_once() -> None:
 
     connect.aicluster_connect_once = True  # type: ignore[attr-defined]
     connect.__doc__ = real.__doc__
-    Host.connect = connect
+    PATCHES.replace(Host, "connect", connect)
     _INSTALLED.append(True)

@@ -1,5 +1,6 @@
 """pyinfra's own bookkeeping for each operation on each host, made cheap, with the
-same results: :func:`speed_up_pyinfra` installs all four of these.
+same results: :func:`speed_up_pyinfra` installs all four of these (through
+``aicluster.accel.enable``, which checks first that pyinfra is as expected).
 
 The operation order. In CLI mode pyinfra orders operations by the line numbers of the
 deploy code that called them: for every operation on every host it calls
@@ -13,7 +14,7 @@ On the whole stack that was most of the deploying machine's CPU in a no-op re-ru
 one that walks the frames directly and returns the same list: the operation
 file's number, then the line number of every frame from the outermost frame of the
 deploy file inwards, leaving out frames inside pyinfra. It is the same function, made
-cheap; tests/unit/test_pyinfra_speed.py checks both give the same answer.
+cheap; tests/unit/test_accel_speed.py checks both give the same answer.
 
 The global arguments. pyinfra lists the global operation arguments (``_sudo``,
 ``_if`` ...) with ``typing.get_type_hints`` of its ``AllArguments`` type for every
@@ -45,6 +46,8 @@ import inspect
 import shlex
 import sys
 from string import Formatter
+
+from aicluster.accel.guard import PATCHES
 
 _INSTALLED = []
 #: pyinfra's own functions this module stands in for, by name (once installed).
@@ -222,27 +225,31 @@ _FORMATTED_COMMAND_USERS = (
 def speed_up_pyinfra() -> None:
     """Use the frame walk for pyinfra's operation order, the cached list of global
     arguments, the quicker global-argument lookup, the once-worked-out operation
-    signatures and the once-split command templates (idempotent)."""
+    signatures and the once-split command templates (idempotent; each change noted in
+    :data:`aicluster.accel.guard.PATCHES`, undone by ``aicluster.accel.disable``)."""
     if _INSTALLED:
         return
     # importlib: the name pyinfra.api.operation is the decorator, not the module.
     operation = importlib.import_module("pyinfra.api.operation")
-    operation.get_operation_order_from_stack = _get_operation_order_from_stack
-    operation.signature = operation_signature
-    ORIGINALS["pop_global_arguments"] = importlib.import_module(
-        "pyinfra.api.arguments").pop_global_arguments
+    PATCHES.replace(operation, "get_operation_order_from_stack",
+                    _get_operation_order_from_stack)
+    PATCHES.replace(operation, "signature", operation_signature)
+    arguments = importlib.import_module("pyinfra.api.arguments")
+    if arguments.pop_global_arguments is not pop_global_arguments:
+        ORIGINALS["pop_global_arguments"] = arguments.pop_global_arguments
     # Each module that imported them by name has its own reference to replace.
     for name in ("pyinfra.api.arguments", "pyinfra.api.facts", "pyinfra.api.deploy",
                  "pyinfra.api.operation"):
         module = importlib.import_module(name)
         if hasattr(module, "all_global_arguments"):
-            module.all_global_arguments = cached_global_arguments
+            PATCHES.replace(module, "all_global_arguments", cached_global_arguments)
         if hasattr(module, "pop_global_arguments"):
-            module.pop_global_arguments = pop_global_arguments
-    ORIGINALS.setdefault("make_formatted_string_command", importlib.import_module(
-        "pyinfra.api.command").make_formatted_string_command)
+            PATCHES.replace(module, "pop_global_arguments", pop_global_arguments)
+    command = importlib.import_module("pyinfra.api.command")
+    if command.make_formatted_string_command is not formatted_string_command:
+        ORIGINALS["make_formatted_string_command"] = command.make_formatted_string_command
     for name in _FORMATTED_COMMAND_USERS:
         module = importlib.import_module(name)
         if hasattr(module, "make_formatted_string_command"):
-            module.make_formatted_string_command = formatted_string_command
+            PATCHES.replace(module, "make_formatted_string_command", formatted_string_command)
     _INSTALLED.append(True)

@@ -48,6 +48,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from aicluster.accel.guard import PATCHES
 from aicluster.render import plain_copy
 
 #: Where the fact names a host was asked for are kept between runs.
@@ -57,7 +58,7 @@ NOT_REMEMBERED = frozenset({"pyinfra.facts.server:Command"})
 #: pyinfra fact commands (their exact text) and what the one-command read runs
 #: instead: the same output from the shell itself, not a process each (uname) or three
 #: (``ls | grep`` for the release files). A pyinfra that changes its command text gets
-#: its own run. tests/unit/test_fact_memo.py compares the outputs.
+#: its own run. tests/unit/test_accel_memo.py compares the outputs.
 CHEAPER_COMMANDS = {
     "uname -n": ('{ read -r v < /proc/sys/kernel/hostname && printf "%s\\n" "$v"; } '
                  '2>/dev/null || uname -n'),
@@ -88,7 +89,7 @@ DPKG_STATUS_LIST = (
 )
 #: pyinfra fact commands (the fact's name and the exact text) the one-command read
 #: swaps for one printing other text that the fact parses to the same answer.
-#: tests/unit/test_fact_memo.py compares the answers.
+#: tests/unit/test_accel_memo.py compares the answers.
 CHEAPER_PARSED = {
     ("pyinfra.facts.deb:DebPackages", "dpkg -l"): DPKG_STATUS_LIST,
 }
@@ -327,7 +328,7 @@ def memoize_facts() -> None:
         return plain_copy(memo[key])
 
     get_fact.aicluster_memo = True  # type: ignore[attr-defined]
-    api_host.get_fact = get_fact
+    PATCHES.replace(api_host, "get_fact", get_fact)
     if getattr(FunctionCommand.execute, "aicluster_memo", False):
         return
 
@@ -346,7 +347,7 @@ def memoize_facts() -> None:
         return wrapper
 
     for name in ("run_shell_command", "put_file", "rsync"):
-        setattr(api_host.Host, name, changing(getattr(api_host.Host, name)))
+        PATCHES.replace(api_host.Host, name, changing(getattr(api_host.Host, name)))
 
     function_execute = FunctionCommand.execute
 
@@ -360,7 +361,7 @@ def memoize_facts() -> None:
             _forget(state)
 
     execute.aicluster_memo = True  # type: ignore[attr-defined]
-    FunctionCommand.execute = execute  # type: ignore[method-assign]
+    PATCHES.replace(FunctionCommand, "execute", execute)
 
 
 # --- remembering reads between runs -------------------------------------------------
@@ -402,7 +403,7 @@ def shares_shell(cls, command: str) -> bool:
     busy node): our facts that say so (``shares_shell``: the command never changes
     directory, options or traps, never exits, and sets every variable before reading
     it), the stand-ins of :data:`CHEAPER_COMMANDS` and ``command -v NAME || true``.
-    tests/unit/test_fact_memo.py runs each with its variables set beforehand."""
+    tests/unit/test_accel_memo.py runs each with its variables set beforehand."""
     return (getattr(cls, "shares_shell", False) is True
             or command in _CHEAPER_TEXTS or bool(_COMMAND_V.match(command)))
 
@@ -845,5 +846,14 @@ def remember_reads(state) -> None:
             save_reads(host)
             save_stats(state, host.name)
 
-    state.add_callback_handler(SaveReads())
+    handler = SaveReads()
+    state.add_callback_handler(handler)
     state.__dict__["aicluster_remembering"] = True
+
+    def forget_handler() -> None:
+        handlers = getattr(state, "callback_handlers", None)
+        if isinstance(handlers, list) and handler in handlers:
+            handlers.remove(handler)
+        state.__dict__.pop("aicluster_remembering", None)
+
+    PATCHES.on_undo(forget_handler)

@@ -1,4 +1,4 @@
-"""aicluster.facts.memo.memoize_facts: one read per fact and host until a command,
+"""aicluster.accel.memo.memoize_facts: one read per fact and host until a command,
 an upload or a Python callback runs on any host; never memoised inside a callback."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Os
 
-from aicluster.facts import memo as deploys
+from aicluster.accel import memo as deploys
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_reads_are_remembered_and_prefetched_in_one_command(tmp_path, monkeypatc
     from pyinfra.facts.files import Directory, Link, Sha1File
     from pyinfra.facts.server import Hostname, Kernel, LinuxDistribution
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
     memo.memoize_facts()
@@ -203,7 +203,7 @@ def test_a_read_plan_is_worked_out_once_unless_its_command_reads_the_host(
     from pyinfra.context import ctx_host, ctx_state
     from pyinfra.facts.server import Mounts
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
     memo.memoize_facts()
@@ -251,7 +251,7 @@ def _no_atime(value):
 
 
 def test_a_part_that_fails_is_read_the_normal_way(tmp_path, monkeypatch):
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     monkeypatch.setattr(memo, "READS_DIR", tmp_path)
     lines = [
@@ -281,7 +281,7 @@ def test_reads_while_executing_are_saved_at_disconnect(
     from pyinfra.api.connect import connect_all, disconnect_all
     from pyinfra.context import ctx_host, ctx_state
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
     memo.memoize_facts()
@@ -315,7 +315,7 @@ def test_fact_arguments_match_pyinfra(tmp_path):
     from pyinfra.facts.files import FindFiles
     from pyinfra.facts.systemd import SystemdStatus
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     state, host = _local_state()
     for cls, args, kwargs in [
@@ -337,7 +337,7 @@ def test_a_read_waits_for_that_hosts_prefetch_under_way(tmp_path, monkeypatch):
     import gevent.event
     from pyinfra.context import ctx_host, ctx_state
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
     memo.memoize_facts()
@@ -429,7 +429,7 @@ def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
     from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
     from aicluster.common.facts import UnitLoaded
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -472,7 +472,7 @@ def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
 
 
 def test_a_systemctl_answer_that_does_not_fit_is_not_used():
-    from aicluster.facts.memo import _SystemdGroup
+    from aicluster.accel.memo import _SystemdGroup
 
     keys = ["SubState a.service", "UnitFileState b.service"]
     done = "@@aicluster-fact@@done"
@@ -495,7 +495,7 @@ def test_a_packed_answer_reads_as_the_plain_one(tmp_path):
     """The one-command read comes back gzipped in one base64 line where the node has
     gzip and base64, and reads exactly as the plain output would (empty lines, a last
     line without newline, UTF-8); without gzip it is the plain output."""
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     script = memo.batch_command([
         (0, "printf 'a\\n\\n  b c \\n\\n'", None),
@@ -530,7 +530,7 @@ def test_a_put_to_a_missing_file_notes_its_checksum_for_the_next_run(tmp_path, m
     from pyinfra.context import ctx_host, ctx_state
     from pyinfra.operations import files
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     monkeypatch.setattr(memo, "READS_DIR", tmp_path / "reads")
     memo.memoize_facts()
@@ -560,7 +560,7 @@ def test_cheaper_commands_print_what_pyinfras_print(tmp_path):
     of entry, and with /proc unreadable (the fallback runs pyinfra's command)."""
     from pyinfra.facts.server import Hostname, Kernel, LinuxDistribution
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     for fact in (Hostname, Kernel, Os, LinuxDistribution):
         assert fact().command() in memo.CHEAPER_COMMANDS, fact.__name__
@@ -602,7 +602,7 @@ def test_cheaper_commands_print_what_pyinfras_print(tmp_path):
 def test_stat_in_one_command_only_where_stat_knows_c(tmp_path):
     """The one stat asks for / first: a stat that does not know ``-c`` prints no line
     for it, and the files are then read one by one (each with its own fallback)."""
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     group = memo.GROUPED["stat"]
     mark = "@@aicluster-fact@@"
@@ -624,7 +624,7 @@ def test_answers_parsed_once_for_hosts_that_print_the_same():
     from pyinfra.facts.deb import DebPackages
     from pyinfra.facts.server import Hostname
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     state = SimpleNamespace()
     lines = ["ii  bash    5.2.15-2+b2  amd64  GNU Bourne Again SHell",
@@ -656,7 +656,7 @@ def _shared_shell_samples(tmp_path):
     from pyinfra.api import FactBase
 
     import aicluster
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     venv = tmp_path / "ray" / "2.60.0" / "venv"
     (venv / "lib/python3.11/site-packages/ray-2.60.0.dist-info").mkdir(parents=True)
@@ -697,7 +697,7 @@ def test_commands_sharing_the_shell_leave_it_as_they_found_it(tmp_path):
     it), and leaves the directory, IFS and the shell itself as they were."""
     import re
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     work = tmp_path / "work"
     work.mkdir()
@@ -741,7 +741,7 @@ def test_dpkg_packages_read_from_the_status_file_parse_as_dpkg_l(tmp_path):
     ``dpkg -l`` gives it: on this machine, and on a status file with every state."""
     from pyinfra.facts.deb import DebPackages
 
-    from aicluster.facts import memo
+    from aicluster.accel import memo
 
     ours = memo.CHEAPER_PARSED[("pyinfra.facts.deb:DebPackages", DebPackages().command())]
     plan = memo._read_plan(["pyinfra.facts.deb:DebPackages", [], {}])

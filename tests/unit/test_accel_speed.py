@@ -1,4 +1,4 @@
-"""aicluster.pyinfra_speed gives what pyinfra's own functions give."""
+"""aicluster.accel.speed gives what pyinfra's own functions give."""
 
 import importlib
 import sys
@@ -8,7 +8,7 @@ import pyinfra
 import pytest
 from pyinfra.api.util import get_operation_order_from_stack
 
-from aicluster.pyinfra_speed import (
+from aicluster.accel.speed import (
     cached_global_arguments,
     operation_order_from_frames,
     speed_up_pyinfra,
@@ -52,7 +52,7 @@ def test_global_arguments_are_pyinfras():
 
 
 def test_installed_into_pyinfra_once(monkeypatch):
-    from aicluster import pyinfra_speed
+    from aicluster.accel import speed as pyinfra_speed
 
     operation = importlib.import_module("pyinfra.api.operation")
     arguments = importlib.import_module("pyinfra.api.arguments")
@@ -80,7 +80,7 @@ def test_the_operation_signature_is_inspects_and_binds_alike():
     import pytest
     from pyinfra.operations import files
 
-    from aicluster.pyinfra_speed import operation_signature
+    from aicluster.accel.speed import operation_signature
 
     func = files.directory._inner
     assert operation_signature(func) == inspect.signature(func)
@@ -117,7 +117,7 @@ def test_same_global_arguments_as_pyinfra(host_data, group_data, kwargs, deploy_
     keys, and leaves the same operation arguments as pyinfra's own."""
     from pyinfra.api import arguments as pyinfra_arguments
 
-    from aicluster import pyinfra_speed
+    from aicluster.accel import speed as pyinfra_speed
 
     real = pyinfra_speed.ORIGINALS.get("pop_global_arguments",
                                        pyinfra_arguments.pop_global_arguments)
@@ -135,7 +135,7 @@ def test_same_global_arguments_as_pyinfra(host_data, group_data, kwargs, deploy_
 def test_global_arguments_checked_as_pyinfra_checks_them():
     from pyinfra.api.exceptions import ArgumentTypeError
 
-    from aicluster import pyinfra_speed
+    from aicluster.accel import speed as pyinfra_speed
 
     state, host = _host_with_data({}, {})
     with pytest.raises(ArgumentTypeError, match="_retries"):
@@ -152,7 +152,7 @@ def test_global_argument_types_refused_as_pyinfra_refuses_them(key, value):
     from pyinfra.api import arguments as pyinfra_arguments
     from pyinfra.api.exceptions import ArgumentTypeError
 
-    from aicluster import pyinfra_speed
+    from aicluster.accel import speed as pyinfra_speed
 
     real = pyinfra_speed.ORIGINALS.get("pop_global_arguments",
                                        pyinfra_arguments.pop_global_arguments)
@@ -171,7 +171,7 @@ def test_global_argument_types_refused_as_pyinfra_refuses_them(key, value):
 def _real_formatted_string_command():
     from pyinfra.api import command
 
-    from aicluster import pyinfra_speed
+    from aicluster.accel import speed as pyinfra_speed
 
     real = pyinfra_speed.ORIGINALS.get("make_formatted_string_command",
                                        command.make_formatted_string_command)
@@ -205,7 +205,7 @@ def test_formatted_commands_as_pyinfra_makes_them(template, args, kwargs, quoted
     same words, the same raw text, the same masked text; QuoteString values quoted."""
     from pyinfra.api.command import QuoteString
 
-    from aicluster.pyinfra_speed import formatted_string_command
+    from aicluster.accel.speed import formatted_string_command
 
     real = _real_formatted_string_command()
     if quoted:
@@ -220,7 +220,7 @@ def test_formatted_commands_as_pyinfra_makes_them(template, args, kwargs, quoted
 
 
 def test_formatted_command_errors_as_pyinfras():
-    from aicluster.pyinfra_speed import formatted_string_command
+    from aicluster.accel.speed import formatted_string_command
 
     real = _real_formatted_string_command()
     for template, args in (("echo {1}", ("only one",)), ("echo 'unclosed {0}", ("x",))):
@@ -231,7 +231,7 @@ def test_formatted_command_errors_as_pyinfras():
 
 
 def test_formatted_command_installed_where_pyinfra_imported_it(monkeypatch):
-    from aicluster import pyinfra_speed
+    from aicluster.accel import speed as pyinfra_speed
 
     names = pyinfra_speed._FORMATTED_COMMAND_USERS
     modules = [importlib.import_module(name) for name in names]
