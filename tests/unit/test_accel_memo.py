@@ -428,8 +428,8 @@ def test_unit_states_are_read_in_one_systemctl(tmp_path, monkeypatch):
     from pyinfra.context import ctx_host, ctx_state
     from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-    from aicluster.common.facts import UnitLoaded
     from aicluster.accel import memo
+    from aicluster.common.facts import UnitLoaded
 
     bindir = tmp_path / "bin"
     bindir.mkdir()
