@@ -12,6 +12,7 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.context import ctx_state
 from pyinfra.facts.files import Sha1File
+from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server
 
 from aicluster.common.facts import GlobPaths
@@ -24,7 +25,7 @@ from aicluster.common.netconf import (
     rollback_commands,
     sha1_text,
 )
-from aicluster.common.settings import NETWORK_ARGS
+from aicluster.common.settings import NETWORK_ARGS, os_family, template_vars
 from aicluster.inventory import Cluster
 from aicluster.render import render
 
@@ -151,6 +152,14 @@ def current_cluster() -> Cluster:
     if id(inventory) not in _CLUSTERS:
         _CLUSTERS[id(inventory)] = cluster_from_pyinfra(inventory)
     return _CLUSTERS[id(inventory)]
+
+
+def this_host(component: str) -> tuple[Cluster, str, dict[str, Any]]:
+    """For the host pyinfra is deploying now: the validated cluster, the host's OS family
+    and the component's template variables (:func:`aicluster.common.settings.template_vars`)."""
+    cluster = current_cluster()
+    family = os_family(host.get_fact(LinuxDistribution))
+    return cluster, family, template_vars(component, cluster, host.name, host.data.dict(), family)
 
 
 def refuse(problems: list[str]) -> None:

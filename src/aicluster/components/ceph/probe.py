@@ -1,5 +1,6 @@
-"""What the ceph component reads on a node: the shell commands and the parsing of what they
-print, engine-free (the pyinfra facts in facts.py and the Ansible role both use them).
+"""Ceph's state on a node, as both engines read it: a small Python program run on the
+node (monitor quorum, OSDs, pools, CephFS) and the parsing of its JSON answer.
+Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

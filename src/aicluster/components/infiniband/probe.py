@@ -1,5 +1,6 @@
-"""What the infiniband component reads on a node: the shell commands and the parsing of what they
-print, engine-free (the pyinfra facts in facts.py and the Ansible role both use them).
+"""The node's InfiniBand HCA ports, read from sysfs by one shell loop (state, rate, link
+layer, IPoIB netdev), and the parsing of its lines.
+Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What the network component reads on a node: the shell commands and the parsing of what they
-print, engine-free (the pyinfra facts in facts.py and the Ansible role both use them).
+"""The node's network interfaces (names, MACs, links) and which one carries the management
+address, read by shell commands and parsed.
+Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What the nfs component reads on a node: the shell commands and the parsing of what they
-print, engine-free (the pyinfra facts in facts.py and the Ansible role both use them).
+"""Whether the node's kernel can serve and mount NFS: the filesystems it has registered
+and the modules modprobe could load, read without loading anything.
+Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What the nvidia component reads on a node: the shell commands and the parsing of what they
-print, engine-free (the pyinfra facts in facts.py and the Ansible role both use them).
+"""The node's NVIDIA devices and driver: PCI GPUs and NVSwitches, the loaded and the
+installed driver, held packages; the command and the parsing of its lines.
+Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

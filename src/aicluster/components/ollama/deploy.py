@@ -26,14 +26,13 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from aicluster import artifacts
-from aicluster.common.ops import current_cluster, put_template, system_user
 from aicluster.common.ops import install_packages as _install_packages
-from aicluster.common.settings import NETWORK_ARGS, os_family, template_vars
+from aicluster.common.ops import put_template, system_user, this_host
+from aicluster.common.settings import NETWORK_ARGS
 from aicluster.components.ollama.derive import (
     BIN_LINK,
     DROPIN,
@@ -53,9 +52,7 @@ from aicluster.render import defaults
 
 @deploy("ollama", data_defaults=defaults("ollama"))
 def deploy() -> None:
-    cluster = current_cluster()
-    family = os_family(host.get_fact(LinuxDistribution))
-    v = template_vars("ollama", cluster, host.name, host.data.dict(), family)
+    cluster, family, v = this_host("ollama")
     me = host.get_fact(
         OllamaNode,
         install_dir=str(v["ollama_install_dir"]),

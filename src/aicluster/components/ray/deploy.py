@@ -21,8 +21,13 @@ from pyinfra.context import ctx_inventory
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, pip, server, systemd
 
-from aicluster.common.ops import current_cluster, install_packages, put_template, system_user
-from aicluster.common.settings import NETWORK_ARGS, layered, os_family, template_vars
+from aicluster.common.ops import (
+    install_packages,
+    put_template,
+    system_user,
+    this_host,
+)
+from aicluster.common.settings import NETWORK_ARGS, layered, os_family
 from aicluster.components.ray.derive import (
     RAY_DEFAULT_TEMP,
     UNIT_DIR,
@@ -58,9 +63,7 @@ def read_nodes(cluster: Cluster) -> dict[str, dict[str, Any]]:
 
 @deploy("ray", data_defaults=defaults("ray"))
 def deploy() -> None:
-    cluster = current_cluster()
-    family = os_family(host.get_fact(LinuxDistribution))
-    v = template_vars("ray", cluster, host.name, host.data.dict(), family)
+    cluster, family, v = this_host("ray")
     nodes = read_nodes(cluster)
     node_ips = {name: node_ip(cluster, name) for name in nodes}
     problem = check_nodes(nodes, node_ips)

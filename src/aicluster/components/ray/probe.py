@@ -1,5 +1,6 @@
-"""What the ray component reads on a node: the shell commands and the parsing of what they
-print, engine-free (the pyinfra facts in facts.py and the Ansible role both use them).
+"""What a Ray node has: the venv's Ray version, its units and the node's address, read
+by one shell command and parsed.
+Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

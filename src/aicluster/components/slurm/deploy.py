@@ -16,12 +16,11 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.rpm import RpmPackages
-from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, dnf, files, server, systemd
 
 from aicluster.common.facts import UnitLoaded
-from aicluster.common.ops import current_cluster, put_template
-from aicluster.common.settings import NETWORK_ARGS, os_family, template_vars
+from aicluster.common.ops import put_template, this_host
+from aicluster.common.settings import NETWORK_ARGS
 from aicluster.components.slurm.derive import (
     APT_PIN,
     CGROUP_CONF,
@@ -66,9 +65,7 @@ def _cluster_cgroup(cluster: Cluster, v: Mapping[str, Any]) -> bool:
 
 @deploy("slurm", data_defaults=defaults("slurm"))
 def deploy() -> None:
-    cluster = current_cluster()
-    family = os_family(host.get_fact(LinuxDistribution))
-    v = template_vars("slurm", cluster, host.name, host.data.dict(), family)
+    cluster, family, v = this_host("slurm")
     v["slurm_cgroup_enabled"] = _cluster_cgroup(cluster, v)
     if v["slurm_gres_autodetect"] is None:
         v["slurm_gres_autodetect_enabled"] = bool(host.get_fact(NvidiaDriver))

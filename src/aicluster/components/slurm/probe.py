@@ -1,5 +1,6 @@
-"""What the slurm component reads on a node: the shell commands and the parsing of what they
-print, engine-free (the pyinfra facts in facts.py and the Ansible role both use them).
+"""Two reads the Slurm component takes from its nodes: whether cgroup v2 is writable for
+slurmd, and whether an NVIDIA driver is loaded.
+Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations
