@@ -4,10 +4,19 @@ counts, and config dicts (a key=value file written as a mapping)."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    StringConstraints,
+    ValidationError,
+    WrapValidator,
+)
+from pydantic import ConfigDict as ModelConfig
 
 
 def _no_dots(path: str) -> str:
@@ -38,10 +47,17 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 Count = Annotated[int, Field(ge=1)]
 #: A count that may be zero.
 Size = Annotated[int, Field(ge=0)]
+_VERSION = re.compile(r"^([0-9]+(\.[0-9]+)*([-+~][0-9A-Za-z.+~-]+)?)?$")
+
+
+def _version(value: str) -> str:
+    if not _VERSION.fullmatch(value):
+        raise ValueError(f"{value!r} is not a version (like '23.11.4' or '535')")
+    return value
+
+
 #: A package or release version, or "" for "the newest the repository has".
-Version = Annotated[
-    str, StringConstraints(pattern=r"^([0-9]+(\.[0-9]+)*([-+~][0-9A-Za-z.+~-]+)?)?$")
-]
+Version = Annotated[str, AfterValidator(_version)]
 #: A secret's name under the inventory's ``secrets``.
 SecretName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
 #: A config file written from a mapping (key=value lines): keys are plain words, values
@@ -63,3 +79,40 @@ def scalar_config(value: dict[str, Any]) -> dict[str, Any]:
 
 
 ScalarConfig = Annotated[dict[str, Any], AfterValidator(scalar_config)]
+
+
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.ip_network(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a network in CIDR notation (like 10.0.0.0/8, "
+                         "no host bits set)") from None
+    return value
+
+
+#: An IPv4 or IPv6 network written as a string (``10.0.0.0/8``, ``2001:db8::/32``; a
+#: plain address is one host), kept as the string given.
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
+def one_message(message: str) -> WrapValidator:
+    """A validator that turns every error of the type it wraps into one message
+    (``{value!r}`` in it is the value given), so that a union's branches are not
+    reported one by one: ``Annotated[Literal["auto"] | bool, one_message(...)]``."""
+
+    def check(value: Any, handler: Any) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(message.format(value=value)) from None
+
+    return WrapValidator(check)
+
+
+class Entry(BaseModel):
+    """An entry of a list or mapping setting with a fixed shape (a bond, a user): strict,
+    an unknown key refused. A key whose default is None may be left out (the component's
+    own default applies); given, it must have its type: pydantic never checks a
+    default, so an explicit null is refused where the type has no None."""
+
+    model_config = ModelConfig(extra="forbid", strict=True, frozen=True)

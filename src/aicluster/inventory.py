@@ -587,18 +587,22 @@ def validate(
                     f"{where}: groups: unknown group {g!r}; known groups: "
                     f"{', '.join(sorted(KNOWN_GROUPS))}"
                 )
-        for path in _inline_secrets(data):
+        inline = _inline_secrets(data)
+        for path in inline:
             errors.append(
                 f"{where}: {path}: a secret is written inline; put it in a file or an "
                 "environment variable and name it under 'secrets'"
             )
         for key, value in data.items():
-            if key.endswith("_version") and value is not None:
+            # A component's settings model checks its own versions.
+            if key.endswith("_version") and value is not None and not _modelled(key):
                 if not isinstance(value, str) or not VERSION_RE.match(value):
                     errors.append(
                         f"{where}: {key}: {value!r} is not a version (like '23.11.4' or '535')"
                     )
-        errors += _settings_errors(where, data)
+        # An inline secret is reported once, as one (never as an unknown key besides).
+        errors += [e for e in _settings_errors(where, data)
+                   if not any(e.startswith(f"{where}: {path}:") for path in inline)]
         try:
             spec = HostSpec.model_validate(dict(data))
         except ValidationError as exc:
@@ -675,6 +679,12 @@ def settings_model(component: str) -> type[ComponentSettings] | None:
     return getattr(module, "Settings", None) if module is not None else None
 
 
+def _modelled(key: str) -> bool:
+    """Whether a host data key is a setting of a component that has a settings model."""
+    component = component_of_key(key)
+    return component is not None and settings_model(component) is not None
+
+
 def component_of_key(key: str) -> str | None:
     """The component whose settings a host data key is (by its prefix), or None."""
     found = [c for c in COMPONENT_ORDER if key.startswith(f"{c}_")]
@@ -704,13 +714,14 @@ def _settings_errors(where: str, data: Mapping[str, Any]) -> list[str]:
         except ValidationError as exc:
             known = sorted(model.model_fields)
             for err in exc.errors():
-                if err["type"] == "extra_forbidden":
+                if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
                     key = str(err["loc"][0])
                     near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
                     hint = f"did you mean {near[0]}?" if near else (
                         f"the {component} settings are: {', '.join(known)}")
                     errors.append(f"{where}: {key}: not a {component} setting; {hint}")
-            rest = [e for e in exc.errors() if e["type"] != "extra_forbidden"]
+            rest = [e for e in exc.errors()
+                    if e["type"] != "extra_forbidden" or len(e["loc"]) > 1]
             if rest:
                 errors += _pydantic_errors(where, rest)
     return errors

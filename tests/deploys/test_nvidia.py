@@ -511,20 +511,30 @@ def test_fact_parses_dnf_versionlock_entries():
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"nvidia_driver_branch": 570}, "nvidia_driver_branch: 570 is not a driver branch"),
+        ({"nvidia_driver_branch": 570}, "nvidia_driver_branch: Input should be a valid string"),
+        ({"nvidia_driver_branch": "57"},
+         "nvidia_driver_branch: String should match pattern '^[0-9]{3,4}$' (got '57')"),
         ({"nvidia_driver_version": "575.51.03"},
          "nvidia_driver_version: 575.51.03 is not of nvidia_driver_branch 570"),
-        ({"nvidia_driver_version": "latest"}, "nvidia_driver_version: 'latest' is not a version"),
-        ({"nvidia_source": "ppa"}, "nvidia_source: 'ppa' is not 'cuda_repo' or 'distribution'"),
+        ({"nvidia_driver_version": "latest"},
+         "nvidia_driver_version: String should match pattern '^[0-9]+(\\.[0-9]+){1,2}$' "
+         "(got 'latest')"),
+        ({"nvidia_source": "ppa"},
+         "nvidia_source: Input should be 'cuda_repo' or 'distribution' (got 'ppa')"),
         ({"nvidia_open_kernel_modules": "yes"},
          "nvidia_open_kernel_modules: 'yes' is not 'auto', true or false"),
-        ({"nvidia_cuda_version": "12"}, "nvidia_cuda_version: '12' is not a CUDA version"),
+        ({"nvidia_cuda_version": "12"},
+         "nvidia_cuda_version: String should match pattern '^[0-9]+\\.[0-9]+$' (got '12')"),
         ({"nvidia_upgrade_batch_size": 0},
-         "nvidia_upgrade_batch_size: 0 is not an integer >= 1"),
-        ({"nvidia_dcgm": "no"}, "nvidia_dcgm: 'no' is not true or false"),
+         "nvidia_upgrade_batch_size: Input should be greater than or equal to 1 (got 0)"),
+        ({"nvidia_dcgm": "no"}, "nvidia_dcgm: Input should be a valid boolean (got 'no')"),
+        ({"nvidia_reboot_timeout": 30},
+         "nvidia_reboot_timeout: Input should be greater than or equal to 60 (got 30)"),
         ({"nvidia_cuda_repo_url": ""},
          "nvidia_cuda_repo_url: not set; with nvidia_source 'cuda_repo' give the URL"),
-        ({"nvidia_cuda_repo_url": "mirror/cuda"}, "nvidia_cuda_repo_url: 'mirror/cuda'; with"),
+        ({"nvidia_cuda_repo_url": "mirror/cuda"},
+         "nvidia_cuda_repo_url: String should match pattern '^((https?|file)://\\S+)?$' "
+         "(got 'mirror/cuda')"),
     ],
 )
 def test_inventory_errors_name_host_and_field(data, message):

@@ -4,15 +4,11 @@ its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from aicluster.common.settings import layered
+from aicluster.common.settings import layered, setting
 from aicluster.inventory import Cluster
-
-USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-PUBKEY_RE = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-\S+|sk-\S+) [A-Za-z0-9+/=]+( .*)?$")
 
 APT_PROXY_FILE = "/etc/apt/apt.conf.d/01aicluster-proxy"
 APT_NETWORK_FILE = "/etc/apt/apt.conf.d/80aicluster-network"
@@ -63,49 +59,16 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
 
 
 def validate(cluster: Cluster) -> list[str]:
-    """base's own checks of the inventory (host and field named)."""
+    """base's checks that need the whole inventory (host and field named); the type and
+    shape of each setting is base's settings model's (aicluster.components.base.model)."""
     errors = []
     for name, h in cluster.hosts.items():
-        v = layered("base", h.data)
-        where = f"host {name!r}"
-        server_host = v["base_chrony_server_host"]
-        if server_host and (not isinstance(server_host, str) or server_host not in cluster.hosts):
+        server_host = setting("base", h.data, "base_chrony_server_host")
+        if server_host and server_host not in cluster.hosts:
             errors.append(
-                f"{where}: base_chrony_server_host: {server_host!r} is not a host of this inventory"
+                f"host {name!r}: base_chrony_server_host: {server_host!r} is not a host of "
+                "this inventory"
             )
-        users = v["base_admin_users"] or []
-        if not isinstance(users, list):
-            errors.append(f"{where}: base_admin_users: must be a list of users")
-            users = []
-        for i, user in enumerate(users):
-            field = f"base_admin_users[{i}]"
-            if not isinstance(user, Mapping) or not USER_RE.match(str(user.get("name", ""))):
-                errors.append(f"{where}: {field}.name: not a valid user name")
-                continue
-            unknown = set(user) - {"name", "ssh_keys", "sudo", "shell"}
-            if unknown:
-                errors.append(f"{where}: {field}: unknown field(s) {', '.join(sorted(unknown))}")
-            keys = user.get("ssh_keys") or []
-            if not isinstance(keys, list):
-                errors.append(f"{where}: {field}.ssh_keys: must be a list of public keys")
-                keys = []
-            for j, key in enumerate(keys):
-                if not isinstance(key, str) or not PUBKEY_RE.match(key):
-                    errors.append(
-                        f"{where}: {field}.ssh_keys[{j}]: not an SSH public key "
-                        "(a private key must never be in the inventory)"
-                    )
-        sysctls: dict[Any, Any] = {}
-        for var in ("base_default_sysctl", "base_sysctl"):
-            if not isinstance(v[var] or {}, Mapping):
-                errors.append(f"{where}: {var}: must be a mapping of sysctl name to value")
-            else:
-                sysctls.update(v[var] or {})
-        for key, value in sysctls.items():
-            if not re.match(r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+)+$", str(key)):
-                errors.append(f"{where}: base_sysctl: {key!r} is not a sysctl name")
-            elif value is not None and not re.match(r"^[A-Za-z0-9 ._:-]+$", str(value)):
-                errors.append(f"{where}: base_sysctl.{key}: {value!r} is not a sysctl value")
     return errors
 
 

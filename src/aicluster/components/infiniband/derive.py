@@ -12,7 +12,6 @@ from aicluster.common.settings import layered, setting
 from aicluster.components.infiniband.probe import PORTS_COMMAND
 from aicluster.inventory import Cluster
 
-SUBNET_MANAGERS = ("opensm", "switch")
 IPOIB_MODULES_FILE = "/etc/modules-load.d/aicluster-ipoib.conf"
 IPOIB_NETPLAN_FILE = f"{netconf.NETPLAN_DIR}/61-aicluster-ipoib.yaml"
 IPOIB_PREFIX = "61-aicluster-ipoib-"
@@ -30,7 +29,7 @@ def opensm_hosts(cluster: Cluster) -> list[tuple[str, int]]:
         data = cluster.hosts[name].data
         prio = setting("infiniband", data, "infiniband_opensm_priority")
         manager = setting("infiniband", data, "infiniband_subnet_manager")
-        if manager == "opensm" and isinstance(prio, int) and not isinstance(prio, bool):
+        if manager == "opensm" and prio is not None:
             out.append((name, prio))
     return sorted(out, key=lambda hp: (-hp[1], hp[0]))
 
@@ -69,44 +68,16 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
 
 
 def validate(cluster: Cluster) -> list[str]:
-    """infiniband's own checks of the inventory (host and field named)."""
+    """infiniband's checks that need the whole inventory (host and field named): the
+    fabric's subnet manager, and base's locked memory on ib_nodes. The type and shape of
+    each setting is infiniband's settings model's (aicluster.components.infiniband.model)."""
     errors: list[str] = []
     nodes = cluster.group("ib_nodes")
     for name in nodes:
-        h = cluster.hosts[name]
-        v = layered("infiniband", h.data)
-        where = f"host {name!r}"
-        sm = v["infiniband_subnet_manager"]
-        if sm not in SUBNET_MANAGERS:
-            errors.append(f"{where}: infiniband_subnet_manager: {sm!r} is not one of "
-                          f"{', '.join(SUBNET_MANAGERS)}")
-        prio = v["infiniband_opensm_priority"]
-        if prio is not None:
-            if isinstance(prio, bool) or not isinstance(prio, int) or not 0 <= prio <= 15:
-                errors.append(f"{where}: infiniband_opensm_priority: {prio!r} is not an "
-                              "opensm priority (0-15, the primary highest)")
-            elif sm == "switch":
-                errors.append(f"{where}: infiniband_opensm_priority: set while "
-                              "infiniband_subnet_manager is 'switch' (the switch runs the "
-                              "subnet manager); remove one of them")
-        for key in ("infiniband_opensm_config", "infiniband_opensm_default_config"):
-            conf = v[key] or {}
-            if not isinstance(conf, Mapping):
-                errors.append(f"{where}: {key}: must be a mapping of opensm.conf option to "
-                              "value")
-                continue
-            for option, value in conf.items():
-                if option == "sm_priority":
-                    errors.append(f"{where}: {key}.sm_priority: set it with "
-                                  "infiniband_opensm_priority")
-                elif not isinstance(option, str) or not option.replace("_", "").isalnum():
-                    errors.append(f"{where}: {key}: {option!r} is not an opensm option name")
-                elif value is not None and ("\n" in str(value) or str(value) == ""):
-                    errors.append(f"{where}: {key}.{option}: {value!r} is not a value")
-        limit = layered("base", h.data)["base_memlock_limit"]
+        limit = setting("base", cluster.hosts[name].data, "base_memlock_limit")
         if str(limit) != "unlimited":
-            errors.append(f"{where}: base_memlock_limit: {limit!r}; RDMA registers pinned "
-                          "memory, so ib_nodes need 'unlimited'")
+            errors.append(f"host {name!r}: base_memlock_limit: {limit!r}; RDMA registers "
+                          "pinned memory, so ib_nodes need 'unlimited'")
     sms = opensm_hosts(cluster)
     with_ports = [n for n in nodes if cluster.hosts[n].spec.hardware.ib_ports]
     managed = [n for n in with_ports

@@ -4,7 +4,6 @@ its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +35,6 @@ REPO_ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "sbsa", "arm64"
 #: Annotation that marks a k3s node cordoned by this deploy (never an admin's cordon).
 K3S_ANNOTATION = "aicluster.io/nvidia-drain"
 
-AUTO_BOOL = ("auto", True, False)
 #: The variables :func:`decide` reads (defaults, OS vars, derived values).
 DECIDE_KEYS = (
     "nvidia_source", "nvidia_driver_branch", "nvidia_driver_version",
@@ -65,7 +63,10 @@ def version_matches(installed: str, want: str) -> bool:
 
 
 def validate(cluster: Cluster) -> list[str]:
-    """nvidia's own checks of the inventory (host and field named)."""
+    """nvidia's checks that need the whole inventory (host and field named): one upgrade
+    batch size for the cluster, a repository URL where NVIDIA GPUs are declared. The
+    type and shape of each setting is nvidia's settings model's
+    (aicluster.components.nvidia.model)."""
     errors = []
     batch_sizes: dict[str, Any] = {}
     for name in cluster.group("gpu_nodes"):
@@ -81,58 +82,14 @@ def validate(cluster: Cluster) -> list[str]:
                 f"differs from {first[1]!r} on host {first[0]!r}; driver changes go one batch "
                 "size for the whole cluster (set it in group_data)"
             )
-        if v["nvidia_source"] not in ("cuda_repo", "distribution"):
-            errors.append(
-                f"{where}: nvidia_source: {v['nvidia_source']!r} is not 'cuda_repo' or "
-                "'distribution'"
-            )
-        url = v["nvidia_cuda_repo_url"]
         gpus = cluster.hosts[name].spec.hardware.gpus
-        if gpus.vendor == "nvidia" and gpus.count and v["nvidia_source"] == "cuda_repo" and not (
-            isinstance(url, str) and re.match(r"^(https?|file)://[^\s]+$", url)
-        ):
+        if (gpus.vendor == "nvidia" and gpus.count and v["nvidia_source"] == "cuda_repo"
+                and not v["nvidia_cuda_repo_url"]):
             errors.append(
-                f"{where}: nvidia_cuda_repo_url: {'not set' if not url else repr(url)}; with "
-                "nvidia_source 'cuda_repo' give the URL of NVIDIA's CUDA repository or of "
-                "your site's mirror of it (the directory holding ubuntu2204/, rhel9/ ...)"
+                f"{where}: nvidia_cuda_repo_url: not set; with nvidia_source 'cuda_repo' give "
+                "the URL of NVIDIA's CUDA repository or of your site's mirror of it (the "
+                "directory holding ubuntu2204/, rhel9/ ...)"
             )
-        branch = v["nvidia_driver_branch"]
-        if not isinstance(branch, str) or not re.match(r"^[0-9]{3,4}$", branch):
-            errors.append(
-                f"{where}: nvidia_driver_branch: {branch!r} is not a driver branch "
-                "(a string such as '570')"
-            )
-        version = v["nvidia_driver_version"]
-        if version:
-            if not isinstance(version, str) or not re.match(r"^[0-9]+(\.[0-9]+){1,2}$", version):
-                errors.append(
-                    f"{where}: nvidia_driver_version: {version!r} is not a driver version "
-                    "(such as '570.133.20')"
-                )
-            elif isinstance(branch, str) and not version.startswith(f"{branch}."):
-                errors.append(
-                    f"{where}: nvidia_driver_version: {version} is not of "
-                    f"nvidia_driver_branch {branch}"
-                )
-        cuda = v["nvidia_cuda_version"]
-        if cuda and (not isinstance(cuda, str) or not re.match(r"^[0-9]+\.[0-9]+$", cuda)):
-            errors.append(
-                f"{where}: nvidia_cuda_version: {cuda!r} is not a CUDA version such as '12.8'"
-            )
-        for var in ("nvidia_open_kernel_modules", "nvidia_fabric_manager", "nvidia_peermem"):
-            if v[var] not in AUTO_BOOL or v[var] in (0, 1) and not isinstance(v[var], bool):
-                errors.append(f"{where}: {var}: {v[var]!r} is not 'auto', true or false")
-        for var in ("nvidia_persistenced", "nvidia_dcgm", "nvidia_container_toolkit"):
-            if not isinstance(v[var], bool):
-                errors.append(f"{where}: {var}: {v[var]!r} is not true or false")
-        for var, low in (
-            ("nvidia_upgrade_batch_size", 1),
-            ("nvidia_drain_timeout", 0),
-            ("nvidia_reboot_timeout", 60),
-        ):
-            value = v[var]
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                errors.append(f"{where}: {var}: {value!r} is not an integer >= {low}")
     return errors
 
 
