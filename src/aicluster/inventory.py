@@ -698,14 +698,16 @@ def _settings_errors(where: str, data: Mapping[str, Any]) -> list[str]:
             model.model_validate(values)
         except ValidationError as exc:
             known = sorted(model.model_fields)
-            for err in exc.errors():
-                if err["type"] == "extra_forbidden":
-                    key = str(err["loc"][0])
-                    near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-                    hint = f"did you mean {near[0]}?" if near else (
-                        f"the {component} settings are: {', '.join(known)}")
-                    errors.append(f"{where}: {key}: not a {component} setting; {hint}")
-            rest = [e for e in exc.errors() if e["type"] != "extra_forbidden"]
+            # A key of the component (not one inside an entry of a setting's value).
+            unknown = [e for e in exc.errors()
+                       if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
+            for err in unknown:
+                key = str(err["loc"][0])
+                near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                hint = f"did you mean {near[0]}?" if near else (
+                    f"the {component} settings are: {', '.join(known)}")
+                errors.append(f"{where}: {key}: not a {component} setting; {hint}")
+            rest = [e for e in exc.errors() if e not in unknown]
             if rest:
                 errors += _pydantic_errors(where, rest)
     return errors

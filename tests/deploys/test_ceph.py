@@ -23,7 +23,6 @@ import pytest
 
 from aicluster.components.ceph import deploy as ceph
 from aicluster.components.ceph import derive as ceph_derive
-from aicluster.components.ceph import facts as ceph_fact
 from aicluster.components.ceph import probe as ceph_probe
 from aicluster.inventory import InventoryError, validate
 from aicluster.render import render

@@ -18,9 +18,9 @@ import pytest
 from pyinfra.api.exceptions import PyinfraError
 
 from aicluster import PROJECT_ROOT
+from aicluster.common.settings import template_vars
 from aicluster.components.nfs import deploy as nfs
 from aicluster.components.nfs import derive as nfs_derive
-from aicluster.common.settings import template_vars
 from aicluster.components.nfs.probe import parse
 from aicluster.inventory import InventoryError, load_cluster, validate
 from aicluster.render import render
