@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import (
@@ -20,7 +21,7 @@ from pydantic import ConfigDict as ModelConfig
 
 
 def _no_dots(path: str) -> str:
-    if any(part in (".", "..") for part in path.split("/")[1:]):
+    if any(part in (".", "..") for part in path.split("/")):
         raise ValueError(f"{path!r} has a '.' or '..' component")
     return path
 
@@ -32,7 +33,7 @@ AbsPath = Annotated[
 ]
 #: A path below another (no leading '/').
 RelPath = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"),
-                    AfterValidator(lambda p: _no_dots("/" + p)[1:])]
+                    AfterValidator(_no_dots)]
 #: A system account or group name.
 AccountName = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 #: An environment variable name.
@@ -116,3 +117,29 @@ class Entry(BaseModel):
     default, so an explicit null is refused where the type has no None."""
 
     model_config = ModelConfig(extra="forbid", strict=True, frozen=True)
+
+
+def _power_of_two(value: int) -> int:
+    if value & (value - 1):
+        raise ValueError(f"{value} is not a power of two")
+    return value
+
+
+#: A power of two (1, 2, 4 ...): Ceph's pg_num, md RAID chunk sizes.
+PowerOfTwo = Annotated[int, Field(ge=1), AfterValidator(_power_of_two)]
+#: An XFS filesystem label (at most 12 characters).
+XfsLabel = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,12}$")]
+
+
+def listed_once(key: Callable[[Any], Any] | None = None) -> AfterValidator:
+    """For a list: refuse an item given twice (or two items with the same ``key(item)``),
+    naming the second."""
+    def check(items: list[Any]) -> list[Any]:
+        seen: dict[Any, int] = {}
+        for i, item in enumerate(items):
+            k = key(item) if key else item
+            if k in seen:
+                raise ValueError(f"[{i}]: {k} is listed twice (also [{seen[k]}])")
+            seen[k] = i
+        return items
+    return AfterValidator(check)

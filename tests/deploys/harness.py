@@ -135,7 +135,7 @@ def plan(
             with ctx_host.use(h):
                 deploy_func()
         for h in inventory:
-            ops = []
+            planned = []
             with ctx_host.use(h):
                 for index, op_hash in enumerate(state.get_op_order()):
                     op = state.ops[h].get(op_hash)
@@ -145,6 +145,6 @@ def plan(
                     commands = [_command_text(c) for c in op.command_generator()]
                     conditional = bool(op.global_arguments.get("_if"))
                     serial = bool(state.op_meta[op_hash].global_arguments.get("_serial"))
-                    ops.append(PlannedOp(name, commands, conditional, index, serial))
-            result.ops[h.name] = ops
+                    planned.append(PlannedOp(name, commands, conditional, index, serial))
+            result.ops[h.name] = planned
     return result

@@ -329,48 +329,104 @@ def _errors(server_data=None, client_data=None) -> list[str]:
     return []
 
 
-def test_inventory_errors_name_host_and_field():
+def test_a_valid_server_and_client_have_no_errors():
     assert _errors() == []
-    assert _errors({"nfs_server_impl": "knfsd"}) == [
-        "host 'storage1': nfs_server_impl: 'knfsd' is not one of kernel, ganesha"]
-    assert _errors({"nfs_exports": [{"path": "srv/models"}]}) == [
-        "host 'storage1': nfs_exports[0].path: 'srv/models' is not an absolute path "
-        "(letters, digits, '_', '-', '.')"]
-    assert _errors({"nfs_exports": [{"path": "/srv/m", "options": ["rw", "nosquash"]}]}) == [
-        "host 'storage1': nfs_exports[0].options: unknown export option 'nosquash' "
-        "(exports(5))"]
-    assert _errors({"nfs_exports": [{"path": "/srv/m", "options": ["rw", "ro"]}]}) == [
-        "host 'storage1': nfs_exports[0].options: rw and ro contradict each other"]
-    assert _errors({"nfs_exports": [{"path": "/srv/m", "networks": ["backend"]}]}) == [
-        "host 'storage1': nfs_exports[0].networks[0]: 'backend' is neither a network of the "
-        "inventory (management, storage) nor a subnet such as '10.30.0.0/24'"]
-    assert _errors({"nfs_exports": [{"path": "/srv/m", "mode": 755}]}) == [
-        "host 'storage1': nfs_exports[0].mode: 755 is not an octal mode such as '0755' "
-        "(quote it)"]
-    assert _errors({"nfs_exports": [{"path": "/srv/m", "export_id": 2},
-                                    {"path": "/srv/n"}]}) == [
-        "host 'storage1': nfs_exports[1].export_id: 2 is used by another export"]
-    assert _errors({"nfs_exports": [{"path": "/etc"}]})[0].endswith("is a system directory")
-    assert _errors({"nfs_exports": [{"path": "/srv/m", "size": 3}]}) == [
-        "host 'storage1': nfs_exports[0]: unknown key(s) size; known: export_id, group, "
-        "mode, networks, options, owner, path"]
-    assert "nfs_exports: the nfs_server exports nothing" in _errors({"nfs_exports": []})[0]
-    assert _errors({"nfs_network": "fabric"}) == [
-        "host 'storage1': nfs_network: 'fabric' is not a network of the inventory "
-        "(management, storage)"]
-    assert "nfs_server_threads: 0 is not a number" in _errors({"nfs_server_threads": 0})[0]
-    assert _errors(client_data={"nfs_mounts": [{"export": "/srv/scratch"}]}) == [
-        "host 'gpu1': nfs_mounts[0].export: '/srv/scratch' is not exported by the nfs_server "
-        "'storage1' (its nfs_exports: /srv/models, /srv/datasets)"]
-    assert _errors(client_data={"nfs_mounts": [{"export": "/srv/models", "path": "m"}]}) == [
-        "host 'gpu1': nfs_mounts[0].path: 'm' is not an absolute path"]
-    assert _errors(client_data={"nfs_version": "4.3"}) == [
-        "host 'gpu1': nfs_version: '4.3' is not one of 3, 4, 4.0, 4.1, 4.2"]
-    assert _errors(client_data={"nfs_nconnect": 32}) == [
-        "host 'gpu1': nfs_nconnect: 32 is not a number from 1 to 16"]
-    assert _errors(client_data={"nfs_fscache": True}) == [
-        "host 'gpu1': nfs_fscache: FS-Cache needs cachefilesd on this host: give it an NVMe "
-        "cache with nvme_cache_fscache: true"]
+
+
+#: (server data, client data, the one error expected).
+BAD = [
+    # The settings model's checks (model.py).
+    ({"nfs_server_impl": "knfsd"}, None,
+     "host 'storage1': nfs_server_impl: Input should be 'kernel' or 'ganesha' (got 'knfsd')"),
+    ({"nfs_exports": [{"path": "srv/models"}]}, None,
+     "host 'storage1': nfs_exports[0].path: String should match pattern "
+     "'^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$' (got 'srv/models')"),
+    ({"nfs_exports": [{"path": "/srv/m", "options": ["rw", "nosquash"]}]}, None,
+     "host 'storage1': nfs_exports[0].options: unknown export option 'nosquash' "
+     "(exports(5))"),
+    ({"nfs_exports": [{"path": "/srv/m", "options": ["rw", "ro"]}]}, None,
+     "host 'storage1': nfs_exports[0].options: rw and ro contradict each other"),
+    ({"nfs_exports": [{"path": "/srv/m", "options": ["anonuid=nobody"]}]}, None,
+     "host 'storage1': nfs_exports[0].options: 'anonuid=nobody': anonuid takes a number"),
+    ({"nfs_exports": [{"path": "/srv/m", "networks": ["backend"]}]}, None,
+     "host 'storage1': nfs_exports[0].networks[0]: 'backend' is neither a network name "
+     "(management, fabric, storage, ib) nor a subnet such as '10.30.0.0/24'"),
+    ({"nfs_exports": [{"path": "/srv/m", "networks": ["10.30.0.1/24"]}]}, None,
+     "host 'storage1': nfs_exports[0].networks[0]: '10.30.0.1/24' is neither a network name"),
+    ({"nfs_exports": [{"path": "/srv/m", "networks": []}]}, None,
+     "host 'storage1': nfs_exports[0].networks: List should have at least 1 item"),
+    ({"nfs_exports": [{"path": "/srv/m", "mode": 755}]}, None,
+     "host 'storage1': nfs_exports[0].mode: Input should be a valid string (got 755)"),
+    ({"nfs_exports": [{"path": "/srv/m", "owner": "Root"}]}, None,
+     "host 'storage1': nfs_exports[0].owner: String should match pattern"),
+    ({"nfs_exports": [{"path": "/srv/m", "export_id": 2}, {"path": "/srv/n"}]}, None,
+     "host 'storage1': nfs_exports: [1]: export_id 2 is used by another export ([0])"),
+    ({"nfs_exports": [{"path": "/srv/m", "export_id": 0}]}, None,
+     "host 'storage1': nfs_exports[0].export_id: Input should be greater than or equal to 1"),
+    ({"nfs_exports": [{"path": "/srv/m"}, {"path": "/srv/m"}]}, None,
+     "host 'storage1': nfs_exports: [1]: /srv/m is listed twice (also [0])"),
+    ({"nfs_exports": [{"path": "/etc"}]}, None,
+     "host 'storage1': nfs_exports[0].path: '/etc' is a system directory"),
+    ({"nfs_exports": [{"path": "/srv/m", "size": 3}]}, None,
+     "host 'storage1': nfs_exports[0].size: Extra inputs are not permitted"),
+    ({"nfs_exports": {"path": "/srv/m"}}, None,
+     "host 'storage1': nfs_exports: Input should be a valid list"),
+    ({"nfs_export_default_options": []}, None,
+     "host 'storage1': nfs_export_default_options: List should have at least 1 item"),
+    ({"nfs_network": "backend"}, None,
+     "host 'storage1': nfs_network: Input should be 'management', 'fabric', 'storage' or 'ib' "
+     "(got 'backend')"),
+    ({"nfs_server_threads": 0}, None,
+     "host 'storage1': nfs_server_threads: Input should be greater than or equal to 1 (got 0)"),
+    ({"nfs_server_config": {"nfsd": {"threads": [1]}}}, None,
+     "host 'storage1': nfs_server_config.nfsd: threads: [1] is not a single value"),
+    ({"nfs_server_config": {"nfsd": "threads=8"}}, None,
+     "host 'storage1': nfs_server_config.nfsd: Input should be a valid dictionary"),
+    (None, {"nfs_mounts": [{"export": "/srv/models", "path": "m"}]},
+     "host 'gpu1': nfs_mounts[0].path: String should match pattern"),
+    (None, {"nfs_mounts": [{"export": "/srv/models", "path": "/usr"}]},
+     "host 'gpu1': nfs_mounts[0].path: '/usr' is a system directory"),
+    (None, {"nfs_mounts": [{"export": "/srv/models"},
+                           {"export": "/srv/datasets", "path": "/srv/models"}]},
+     "host 'gpu1': nfs_mounts: [1]: /srv/models is listed twice (also [0])"),
+    (None, {"nfs_mounts": [{"export": "/srv/models", "options": "ro"}]},
+     "host 'gpu1': nfs_mounts[0].options: Input should be a valid list"),
+    (None, {"nfs_mounts": [{"path": "/srv/models"}]},
+     "host 'gpu1': nfs_mounts[0].export: Field required"),
+    (None, {"nfs_version": "4.3"},
+     "host 'gpu1': nfs_version: Input should be '3', '4', '4.0', '4.1' or '4.2' (got '4.3')"),
+    (None, {"nfs_nconnect": 32},
+     "host 'gpu1': nfs_nconnect: Input should be less than or equal to 16 (got 32)"),
+    (None, {"nfs_nconnect_min_speed_gbps": 0},
+     "host 'gpu1': nfs_nconnect_min_speed_gbps: Input should be greater than or equal to 1"),
+    (None, {"nfs_mount_options": ["_netdev", "a b"]},
+     "host 'gpu1': nfs_mount_options[1]: String should match pattern"),
+    (None, {"nfs_fscache": "true"},
+     "host 'gpu1': nfs_fscache: Input should be a valid boolean (got 'true')"),
+    # The checks with the whole inventory (derive.validate).
+    ({"nfs_exports": [{"path": "/srv/m", "networks": ["fabric"]}]}, None,
+     "host 'storage1': nfs_exports[0].networks[0]: 'fabric' is not a network of the "
+     "inventory (management, storage)"),
+    ({"nfs_exports": []}, None,
+     "host 'storage1': nfs_exports: the nfs_server exports nothing; give at least one "
+     "{path: ...}"),
+    ({"nfs_network": "fabric"}, None,
+     "host 'storage1': nfs_network: 'fabric' is not a network of the inventory "
+     "(management, storage)"),
+    (None, {"nfs_mounts": [{"export": "/srv/scratch"}]},
+     "host 'gpu1': nfs_mounts[0].export: '/srv/scratch' is not exported by the nfs_server "
+     "'storage1' (its nfs_exports: /srv/models, /srv/datasets)"),
+    (None, {"nfs_fscache": True},
+     "host 'gpu1': nfs_fscache: FS-Cache needs cachefilesd on this host: give it an NVMe "
+     "cache with nvme_cache_fscache: true"),
+]
+
+
+@pytest.mark.parametrize("server_data, client_data, error", BAD, ids=[
+    f"{next(iter(s or c))}-{i}" for i, (s, c, _) in enumerate(BAD)])
+def test_bad_inventory_input_is_refused_naming_host_and_field(server_data, client_data, error):
+    errors = _errors(server_data, client_data)
+    assert len(errors) == 1 and errors[0].startswith(error), errors
 
 
 # ---------------------------------------------------------------------------

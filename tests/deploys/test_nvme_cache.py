@@ -451,23 +451,71 @@ def _errors(host_data: dict, groups=("gpu_nodes",)) -> list[str]:
     return []
 
 
-def test_inventory_errors_name_host_and_field():
+def test_a_valid_host_has_no_errors():
     assert _errors({}) == []
+
+
+def test_a_drive_that_is_not_a_hardware_nvme_drive_is_refused():
     assert _errors({"nvme_cache_devices": [B]}) == [
         f"host 'gpu1': nvme_cache_devices[0]: {B} is not one of the host's hardware.nvme "
         f"devices ({A}); declare it there (with wipe: true only if its data may go)"
     ]
-    assert "nvme_cache_path: '/var' is a system directory" in _errors(
-        {"nvme_cache_path": "/var"})[0]
-    assert "is not an absolute path" in _errors({"nvme_cache_path": "cache"})[0]
-    assert "is not an XFS label" in _errors({"nvme_cache_fs_label": "much-too-long-label"})[0]
-    assert "not a power of two" in _errors({"nvme_cache_raid_chunk_kb": 500})[0]
-    assert "is not an octal mode" in _errors(
-        {"nvme_cache_directories": [{"path": "hf", "mode": 755}]})[0]
-    assert "is not a path relative" in _errors(
-        {"nvme_cache_directories": [{"path": "../etc"}]})[0]
-    assert "brun > bcull > bstop" in _errors({"nvme_cache_fscache_culling": {
-        "brun": 5, "bcull": 7, "bstop": 3, "frun": 10, "fcull": 7, "fstop": 3}})[0]
+
+
+#: (settings, the one error expected): the settings model's checks (model.py).
+BAD_SETTINGS = [
+    ({"nvme_cache_devices": [A, A]}, f"nvme_cache_devices: [1]: {A} is listed twice (also [0])"),
+    ({"nvme_cache_devices": A}, "nvme_cache_devices: Input should be a valid list"),
+    ({"nvme_cache_path": "/var"}, "nvme_cache_path: '/var' is a system directory"),
+    ({"nvme_cache_path": "cache"}, "nvme_cache_path: String should match pattern"),
+    ({"nvme_cache_path": "/mnt/../etc"}, "nvme_cache_path: '/mnt/../etc' has a '.' or '..'"),
+    ({"nvme_cache_mount_options": ["noatime", "a b"]},
+     "nvme_cache_mount_options[1]: String should match pattern"),
+    ({"nvme_cache_fs_label": "much-too-long-label"},
+     "nvme_cache_fs_label: String should match pattern '^[A-Za-z0-9_-]{1,12}$' "
+     "(got 'much-too-long-label')"),
+    ({"nvme_cache_raid_name": "a:b"}, "nvme_cache_raid_name: String should match pattern"),
+    ({"nvme_cache_raid_chunk_kb": 500}, "nvme_cache_raid_chunk_kb: 500 is not a power of two"),
+    ({"nvme_cache_raid_chunk_kb": 2},
+     "nvme_cache_raid_chunk_kb: Input should be greater than or equal to 4 (got 2)"),
+    ({"nvme_cache_raid_chunk_kb": "512"},
+     "nvme_cache_raid_chunk_kb: Input should be a valid integer (got '512')"),
+    ({"nvme_cache_directories": [{"path": "hf", "mode": 755}]},
+     "nvme_cache_directories[0].mode: Input should be a valid string (got 755)"),
+    ({"nvme_cache_directories": [{"path": "../etc"}]},
+     "nvme_cache_directories[0].path: '../etc' has a '.' or '..' component"),
+    ({"nvme_cache_directories": [{"path": "hf", "size": 1}]},
+     "nvme_cache_directories[0].size: Extra inputs are not permitted"),
+    ({"nvme_cache_directories": [{"owner": "root"}]},
+     "nvme_cache_directories[0].path: Field required"),
+    ({"nvme_cache_directories": [{"path": "hf", "owner": "Big Name"}]},
+     "nvme_cache_directories[0].owner: String should match pattern"),
+    ({"nvme_cache_directories": [{"path": "hf", "env": ["HF HOME"]}]},
+     "nvme_cache_directories[0].env[0]: String should match pattern"),
+    ({"nvme_cache_directories": [{"path": "hf"}, {"path": "hf"}]},
+     "nvme_cache_directories: [1]: hf is listed twice (also [0])"),
+    ({"nvme_cache_fscache": "yes"}, "nvme_cache_fscache: Input should be a valid boolean"),
+    ({"nvme_cache_fscache_dir": "/fscache"}, "nvme_cache_fscache_dir: String should match"),
+    ({"nvme_cache_fscache_culling": {
+        "brun": 5, "bcull": 7, "bstop": 3, "frun": 10, "fcull": 7, "fstop": 3}},
+     "nvme_cache_fscache_culling: cachefilesd needs brun > bcull > bstop and frun > fcull "
+     "> fstop"),
+    ({"nvme_cache_fscache_culling": {
+        "brun": 100, "bcull": 7, "bstop": 3, "frun": 10, "fcull": 7, "fstop": 3}},
+     "nvme_cache_fscache_culling.brun: Input should be less than or equal to 99"),
+    ({"nvme_cache_fscache_culling": {
+        "brun": 10, "bcull": 7, "bstop": 3, "frun": 10, "fcull": 7}},
+     "nvme_cache_fscache_culling.fstop: Field required"),
+    ({"nvme_cache_pathh": "/x"}, "nvme_cache_pathh: not a nvme_cache setting; did you mean "
+     "nvme_cache_path?"),
+]
+
+
+@pytest.mark.parametrize("settings, error", BAD_SETTINGS,
+                         ids=[next(iter(s)) + f"-{i}" for i, (s, _) in enumerate(BAD_SETTINGS)])
+def test_bad_settings_are_refused_naming_host_and_field(settings, error):
+    errors = _errors(settings)
+    assert len(errors) == 1 and errors[0].startswith(f"host 'gpu1': {error}"), errors
 
 
 # ---------------------------------------------------------------------------

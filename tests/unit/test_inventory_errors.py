@@ -319,6 +319,31 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "n1", "hardware.nics[1].name",
         "eth1 is listed twice",
     ),
+    # -- storage settings (the nvme_cache, nfs and ceph settings models) ---------
+    (
+        "nfs-setting-unknown-key",
+        [("n1.nfs_mount_option", ["ro"])],
+        "n1", "nfs_mount_option",
+        "not a nfs setting; did you mean nfs_mount_options?",
+    ),
+    (
+        "nfs-setting-quoted-number",
+        [("all.nfs_nconnect", "8")],
+        "n1", "nfs_nconnect",
+        "Input should be a valid integer (got '8')",
+    ),
+    (
+        "nfs-export-unknown-key",
+        [("n1.nfs_exports", [{"path": "/srv/x", "size": 3}])],
+        "n1", "nfs_exports[0].size",
+        "Extra inputs are not permitted",
+    ),
+    (
+        "nvme-cache-setting-tuple-for-list",
+        [("n1.nvme_cache_mount_options", ("noatime",))],
+        "n1", "nvme_cache_mount_options",
+        "Input should be a valid list (got ('noatime',))",
+    ),
     # -- counts ----------------------------------------------------------------
     (
         "gpu-count-negative",

@@ -18,11 +18,11 @@ from aicluster.common.disks import cache_devices, check_devices, describe, osd_d
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
 from aicluster.common.networks import host_address, pick_network
-from aicluster.common.settings import config_text, layered, merge_config, unknown_keys
+from aicluster.common.settings import config_text, layered, merge_config
 from aicluster.components.ceph.probe import command_text as ceph_command_text
 from aicluster.components.ceph.probe import parse as ceph_parse
 from aicluster.components.ceph.probe import request_text
-from aicluster.inventory import DEVICE_RE, Cluster
+from aicluster.inventory import Cluster
 from aicluster.secrets import read_secret
 from aicluster.secrets import secret_ref as _secret_ref
 
@@ -42,11 +42,6 @@ FSTAB = "/etc/fstab"
 DERIVED_KEYS = ("fsid", "mon_initial_members", "mon_host", "public_network",
                 "cluster_network", "osd_pool_default_size", "osd_pool_default_min_size",
                 "osd_crush_chooseleaf_type", "mon_allow_pool_size_one")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-CLIENT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-PATH_RE = re.compile(r"^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
-CONF_KEY_RE = re.compile(r"^[a-z][a-z0-9_ ]*$")
-SECTION_RE = re.compile(r"^(global|mon|mgr|osd|mds|client)(\.[A-Za-z0-9_.-]+)?$")
 #: The namespace the keys and the fsid are derived in (from the cluster's secret).
 KEY_CONTEXT = b"aicluster-ceph/"
 #: Ceph's CryptoKey header: type AES (1), created (seconds, nanoseconds), length 16.
@@ -567,7 +562,10 @@ def osd_wipe_command(device: str) -> str:
 
 
 def validate(cluster: Cluster) -> list[str]:
-    """ceph's own checks of the inventory (host and field named)."""
+    """ceph's checks that need the whole inventory (host and field named): monitors,
+    declared networks and the hosts' addresses on them, pool sizes against the OSDs, the
+    MDS, devices against the NVMe cache. The settings' own types and shapes are checked
+    by aicluster.components.ceph.model."""
     errors: list[str] = []
     names = ceph_hosts(cluster)
     if not names:
@@ -599,102 +597,37 @@ def validate(cluster: Cluster) -> list[str]:
                 if not host_address(cluster, name, cnet):
                     errors.append(f"host {name!r}: ceph_cluster_network: has no address on "
                                   f"the {cnet} network")
-    fsid = c["ceph_fsid"]
-    if fsid:
-        try:
-            uuid.UUID(str(fsid))
-        except ValueError:
-            errors.append(f"{where_c}: ceph_fsid: {fsid!r} is not a UUID")
-    if not isinstance(c["ceph_keys_name"], str) or not c["ceph_keys_name"]:
-        errors.append(f"{where_c}: ceph_keys_name: must name an entry of secrets")
-    if not isinstance(c["ceph_msgr2"], bool):
-        errors.append(f"{where_c}: ceph_msgr2: {c['ceph_msgr2']!r} is not true or false")
     count = osd_count(cluster)
-    domain = c["ceph_failure_domain"]
-    if domain not in ("", "host", "osd"):
-        errors.append(f"{where_c}: ceph_failure_domain: {domain!r} is not host or osd")
     size = c["ceph_pool_default_size"]
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int)
-                             or not 1 <= size <= 10):
-        errors.append(f"{where_c}: ceph_pool_default_size: {size!r} is not a number of "
-                      "replicas (1-10) or null")
-    elif size is not None and size > count:
+    if size is not None and size > count:
         errors.append(f"{where_c}: ceph_pool_default_size: {size} replicas need {size} OSDs; "
                       f"the ceph_osd_devices of ceph_osds name {count}")
-    elif domain == "host" and len(osd_hosts(cluster)) < default_size(cluster, c):
+    elif c["ceph_failure_domain"] == "host" and len(osd_hosts(cluster)) < default_size(
+        cluster, c
+    ):
         errors.append(f"{where_c}: ceph_failure_domain: host needs {default_size(cluster, c)} "
                       f"OSD hosts for {default_size(cluster, c)} replicas; ceph_osds has "
                       f"{len(osd_hosts(cluster))}")
     errors += _check_pools(cluster, c, where_c, count)
-    if cluster.group("ceph_mds"):
-        for key in ("ceph_cephfs_name", "ceph_cephfs_data_pool", "ceph_cephfs_metadata_pool"):
-            if not NAME_RE.match(str(c[key])):
-                errors.append(f"{where_c}: {key}: {c[key]!r} is not a name (letters, digits, "
-                              "'_', '-', '.')")
-        if c["ceph_cephfs_data_pool"] == c["ceph_cephfs_metadata_pool"]:
-            errors.append(f"{where_c}: ceph_cephfs_data_pool: is the metadata pool too; "
-                          "CephFS needs two pools")
-        for key in ("ceph_cephfs_data_pg_num", "ceph_cephfs_metadata_pg_num"):
-            if not _pg(c[key]):
-                errors.append(f"{where_c}: {key}: {c[key]!r} is not a power of two")
-    if not CLIENT_RE.match(str(c["ceph_client_name"])) or c["ceph_client_name"] in (
-        "admin", "bootstrap-osd"
-    ):
-        errors.append(f"{where_c}: ceph_client_name: {c['ceph_client_name']!r} is not a "
-                      "client name of ours (lowercase letters, digits, '_', '-'; not admin)")
-    for p in c["ceph_client_pools"] or []:
-        if not NAME_RE.match(str(p)):
-            errors.append(f"{where_c}: ceph_client_pools: {p!r} is not a pool name")
+    if cluster.group("ceph_mds") and c["ceph_cephfs_data_pool"] == c["ceph_cephfs_metadata_pool"]:
+        errors.append(f"{where_c}: ceph_cephfs_data_pool: is the metadata pool too; "
+                      "CephFS needs two pools")
     for name in names:
         errors += _check_host(cluster, name)
     return errors
 
 
-def _pg(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1 and not (
-        value & (value - 1))
-
-
 def _check_pools(cluster: Cluster, c: Mapping[str, Any], where: str, count: int) -> list[str]:
     errors: list[str] = []
-    entries = c["ceph_pools"]
-    if not isinstance(entries, list):
-        return [f"{where}: ceph_pools: must be a list of pools"]
-    seen: list[str] = []
     reserved = [c["ceph_cephfs_data_pool"], c["ceph_cephfs_metadata_pool"]] if cluster.group(
         "ceph_mds") else []
-    for i, p in enumerate(entries):
+    for i, p in enumerate(c["ceph_pools"]):
         at = f"{where}: ceph_pools[{i}]"
-        if not isinstance(p, Mapping) or "name" not in p:
-            errors.append(f"{at}: must be a mapping with at least a name")
-            continue
-        errors += unknown_keys(at, p, {"name", "pg_num", "size", "min_size", "application"})
-        name = str(p["name"])
-        if not NAME_RE.match(name):
-            errors.append(f"{at}.name: {name!r} is not a pool name")
-        if name in seen:
-            errors.append(f"{at}.name: {name} is listed twice")
-        if name in reserved:
-            errors.append(f"{at}.name: {name} is the CephFS pool (ceph_cephfs_*_pool)")
-        seen.append(name)
-        if "pg_num" in p and not _pg(p["pg_num"]):
-            errors.append(f"{at}.pg_num: {p['pg_num']!r} is not a power of two")
-        size = p.get("size")
-        if size is not None:
-            if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 10:
-                errors.append(f"{at}.size: {size!r} is not a number of replicas (1-10)")
-                size = None
-            elif size > count:
-                errors.append(f"{at}.size: {size} replicas need {size} OSDs; the "
-                              f"ceph_osd_devices of ceph_osds name {count}")
-        ms = p.get("min_size")
-        if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int) or ms < 1
-                               or (size is not None and ms > size)):
-            errors.append(f"{at}.min_size: {ms!r} must be between 1 and the pool's size")
-        app = p.get("application")
-        if app is not None and not re.match(r"^[a-z][a-z0-9_-]{0,31}$", str(app)):
-            errors.append(f"{at}.application: {app!r} is not an application name (rbd, rgw, "
-                          "cephfs ...)")
+        if p["name"] in reserved:
+            errors.append(f"{at}.name: {p['name']} is the CephFS pool (ceph_cephfs_*_pool)")
+        if p.get("size", 0) > count:
+            errors.append(f"{at}.size: {p['size']} replicas need {p['size']} OSDs; the "
+                          f"ceph_osd_devices of ceph_osds name {count}")
     return errors
 
 
@@ -704,69 +637,22 @@ def _check_host(cluster: Cluster, name: str) -> list[str]:
     where = f"host {name!r}"
     v = layered("ceph", h.data)
     r = roles(cluster, name)
-    entries = v["ceph_osd_devices"]
-    if entries and not r["osd"]:
+    devices = osd_devices(h.data)
+    if devices and not r["osd"]:
         errors.append(f"{where}: ceph_osd_devices: is set but the host is not in ceph_osds")
-    if not isinstance(entries, list):
-        errors.append(f"{where}: ceph_osd_devices: must be a list of {{device, wipe}}")
-        entries = []
-    if r["osd"] and not entries:
+    if r["osd"] and not devices:
         errors.append(f"{where}: ceph_osd_devices: the host is in ceph_osds but names no "
                       "device (give [{device: /dev/disk/by-id/..., wipe: false}])")
-    seen: list[str] = []
     cache = set()
     if "nvme_cache" in h.components():
         cache = {d["device"] for d in cache_devices(cluster, name, h.data)}
-    for i, e in enumerate(entries):
-        at = f"{where}: ceph_osd_devices[{i}]"
-        if isinstance(e, str):
-            e = {"device": e}
-        if not isinstance(e, Mapping) or "device" not in e:
-            errors.append(f"{at}: must be a device path or {{device, wipe}}")
-            continue
-        errors += unknown_keys(at, e, {"device", "wipe"})
-        dev = str(e["device"])
-        parts = dev.split("/")[1:]
-        if not DEVICE_RE.match(dev) or any(p in ("", ".", "..") for p in parts):
-            errors.append(f"{at}.device: {dev!r} is not a block device path (use "
-                          "/dev/disk/by-id/...)")
-        elif dev in seen:
-            errors.append(f"{at}.device: {dev} is listed twice")
-        elif dev in cache:
-            errors.append(f"{at}.device: {dev} is also the host's NVMe cache drive "
-                          "(nvme_cache_devices); a device has one use")
-        seen.append(dev)
-        if "wipe" in e and not isinstance(e["wipe"], bool):
-            errors.append(f"{at}.wipe: {e['wipe']!r} is not true or false")
-    if v["ceph_osd_mode"] not in ("raw", "lvm"):
-        errors.append(f"{where}: ceph_osd_mode: {v['ceph_osd_mode']!r} is not raw or lvm")
-    if r["client"]:
-        mount = v["ceph_cephfs_mount"]
-        if mount and not cluster.group("ceph_mds"):
-            errors.append(f"{where}: ceph_cephfs_mount: CephFS needs an MDS (a ceph_mds host); "
-                          "add one, or set ceph_cephfs_mount to \"\"")
-        if mount and (not PATH_RE.match(str(mount)) or ".." in str(mount).split("/")):
-            errors.append(f"{where}: ceph_cephfs_mount: {mount!r} is not an absolute path")
-        if v["ceph_cephfs_mount_type"] not in ("fuse", "kernel"):
-            errors.append(f"{where}: ceph_cephfs_mount_type: {v['ceph_cephfs_mount_type']!r} "
-                          "is not fuse or kernel")
-    config = v["ceph_config"]
-    if not isinstance(config, Mapping):
-        errors.append(f"{where}: ceph_config: must map sections to options")
-    else:
-        for section, options in config.items():
-            if not SECTION_RE.match(str(section)) or not isinstance(options, Mapping):
-                errors.append(f"{where}: ceph_config.{section}: must be a ceph.conf section "
-                              "(global, mon, mgr, osd, mds, client[.NAME]) of options")
-                continue
-            for key, value in options.items():
-                if not CONF_KEY_RE.match(str(key)):
-                    errors.append(f"{where}: ceph_config.{section}.{key}: not an option name")
-                elif str(key).replace(" ", "_") in DERIVED_KEYS:
-                    errors.append(f"{where}: ceph_config.{section}.{key}: is computed from the "
-                                  "inventory; set it through the ceph_* settings instead")
-                elif isinstance(value, (dict, list)) or "\n" in str(value):
-                    errors.append(f"{where}: ceph_config.{section}.{key}: must be one value")
+    for i, e in enumerate(devices):
+        if e["device"] in cache:
+            errors.append(f"{where}: ceph_osd_devices[{i}].device: {e['device']} is also the "
+                          "host's NVMe cache drive (nvme_cache_devices); a device has one use")
+    if r["client"] and v["ceph_cephfs_mount"] and not cluster.group("ceph_mds"):
+        errors.append(f"{where}: ceph_cephfs_mount: CephFS needs an MDS (a ceph_mds host); "
+                      "add one, or set ceph_cephfs_mount to \"\"")
     return errors
 
 

@@ -18,7 +18,7 @@ from aicluster.common.disks import (
     describe,
     parse,
 )
-from aicluster.common.settings import layered, unknown_keys
+from aicluster.common.settings import layered
 from aicluster.inventory import Cluster
 
 FSTAB = "/etc/fstab"
@@ -26,14 +26,6 @@ PROFILE_FILE = "/etc/profile.d/aicluster-nvme-cache.sh"
 SYSTEMD_ENV_FILE = "/etc/systemd/system.conf.d/90-aicluster-nvme-cache.conf"
 CACHEFILESD_CONF = "/etc/cachefilesd.conf"
 CACHEFILESD_DEFAULT = "/etc/default/cachefilesd"
-#: The directories and mount point: absolute, no spaces, no "..".
-PATH_RE = re.compile(r"^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
-REL_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
-NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MODE_RE = re.compile(r"^[0-7]{3,4}$")
-OPTION_RE = re.compile(r"^[A-Za-z0-9_.=:+-]+$")
-RAID_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,24}$")
 #: A namespace for the UUID the cache filesystem is made with (so both engines, and
 #: the fstab line, know it before the filesystem exists).
 UUID_NAMESPACE = uuid.UUID("7b0c3f62-52a9-4d43-9d53-5d1f0f3c2a61")
@@ -114,101 +106,22 @@ def fstab_regexp(path: str) -> str:
 
 
 def validate(cluster: Cluster) -> list[str]:
-    """nvme_cache's own checks of the inventory (host and field named)."""
+    """nvme_cache's checks that need the whole inventory (host and field named): the
+    drives are the host's hardware.nvme drives. The settings' own types and shapes are
+    checked by aicluster.components.nvme_cache.model."""
     errors: list[str] = []
     for name, h in cluster.hosts.items():
         if not wants_cache(cluster, name):
             continue
-        where = f"host {name!r}"
-        v = layered("nvme_cache", h.data)
-        chosen = v["nvme_cache_devices"]
+        chosen = layered("nvme_cache", h.data)["nvme_cache_devices"]
         nvme = [d.device for d in h.spec.hardware.nvme]
-        if chosen is not None:
-            if not isinstance(chosen, list) or not all(isinstance(d, str) for d in chosen):
-                errors.append(f"{where}: nvme_cache_devices: must be a list of device paths")
-                continue
-            for i, dev in enumerate(chosen):
-                if dev not in nvme:
-                    errors.append(
-                        f"{where}: nvme_cache_devices[{i}]: {dev} is not one of the host's "
-                        f"hardware.nvme devices ({', '.join(nvme) or 'none declared'}); "
-                        "declare it there (with wipe: true only if its data may go)"
-                    )
-                elif dev in chosen[:i]:
-                    errors.append(f"{where}: nvme_cache_devices[{i}]: {dev} is listed twice")
-        path = str(v["nvme_cache_path"])
-        if not PATH_RE.match(path) or ".." in path.split("/") or path == "/":
-            errors.append(f"{where}: nvme_cache_path: {path!r} is not an absolute path "
-                          "(letters, digits, '_', '-', '.')")
-        elif path.rstrip("/") in ("/", "/boot", "/etc", "/home", "/usr", "/var", "/tmp"):
-            errors.append(f"{where}: nvme_cache_path: {path!r} is a system directory")
-        label = v["nvme_cache_fs_label"]
-        if not isinstance(label, str) or not re.match(r"^[A-Za-z0-9_-]{1,12}$", label):
-            errors.append(f"{where}: nvme_cache_fs_label: {label!r} is not an XFS label "
-                          "(1-12 letters, digits, '_', '-')")
-        if not RAID_NAME_RE.match(str(v["nvme_cache_raid_name"])):
-            errors.append(f"{where}: nvme_cache_raid_name: {v['nvme_cache_raid_name']!r} is "
-                          "not an md array name (1-24 letters, digits, '_', '-')")
-        chunk = v["nvme_cache_raid_chunk_kb"]
-        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 4 or (
-            chunk & (chunk - 1)
-        ):
-            errors.append(f"{where}: nvme_cache_raid_chunk_kb: {chunk!r} is not a power of "
-                          "two of at least 4")
-        options = v["nvme_cache_mount_options"]
-        if not isinstance(options, list) or not all(
-            isinstance(o, str) and OPTION_RE.match(o) for o in options
-        ):
-            errors.append(f"{where}: nvme_cache_mount_options: must be a list of mount "
-                          "options such as ['noatime']")
-        errors += _check_directories(where, v["nvme_cache_directories"])
-        if not isinstance(v["nvme_cache_fscache"], bool):
-            errors.append(f"{where}: nvme_cache_fscache: {v['nvme_cache_fscache']!r} is not "
-                          "true or false")
-        if not REL_RE.match(str(v["nvme_cache_fscache_dir"])) or ".." in str(
-            v["nvme_cache_fscache_dir"]
-        ).split("/"):
-            errors.append(f"{where}: nvme_cache_fscache_dir: {v['nvme_cache_fscache_dir']!r} "
-                          "is not a path relative to nvme_cache_path")
-        culling = v["nvme_cache_fscache_culling"]
-        keys = ("brun", "bcull", "bstop", "frun", "fcull", "fstop")
-        if not isinstance(culling, Mapping) or sorted(culling) != sorted(keys) or not all(
-            isinstance(culling[k], int) and not isinstance(culling[k], bool)
-            and 0 <= culling[k] < 100 for k in keys
-        ):
-            errors.append(f"{where}: nvme_cache_fscache_culling: give {', '.join(keys)} as "
-                          "percentages (0-99)")
-        elif not (culling["brun"] > culling["bcull"] > culling["bstop"]
-                  and culling["frun"] > culling["fcull"] > culling["fstop"]):
-            errors.append(f"{where}: nvme_cache_fscache_culling: cachefilesd needs brun > "
-                          "bcull > bstop and frun > fcull > fstop")
-    return errors
-
-
-def _check_directories(where: str, entries: Any) -> list[str]:
-    if not isinstance(entries, list):
-        return [f"{where}: nvme_cache_directories: must be a list of directories"]
-    errors = []
-    for i, e in enumerate(entries):
-        at = f"{where}: nvme_cache_directories[{i}]"
-        if not isinstance(e, Mapping) or "path" not in e:
-            errors.append(f"{at}: must be a mapping with at least a path")
-            continue
-        errors += unknown_keys(at, e, {"path", "owner", "group", "home", "mode", "env"})
-        if not REL_RE.match(str(e["path"])) or ".." in str(e["path"]).split("/"):
-            errors.append(f"{at}.path: {e['path']!r} is not a path relative to nvme_cache_path")
-        for key in ("owner", "group"):
-            if key in e and not NAME_RE.match(str(e[key])):
-                errors.append(f"{at}.{key}: {e[key]!r} is not a user or group name")
-        if "home" in e and not PATH_RE.match(str(e["home"])):
-            errors.append(f"{at}.home: {e['home']!r} is not an absolute path")
-        if "mode" in e and not (isinstance(e["mode"], str) and MODE_RE.match(e["mode"])):
-            errors.append(f"{at}.mode: {e['mode']!r} is not an octal mode such as '0755' "
-                          "(quote it)")
-        env = e.get("env") or []
-        if not isinstance(env, list) or not all(isinstance(x, str) and ENV_RE.match(x)
-                                                for x in env):
-            errors.append(f"{at}.env: must be a list of environment variable names")
+        for i, dev in enumerate(chosen or []):
+            if dev not in nvme:
+                errors.append(
+                    f"host {name!r}: nvme_cache_devices[{i}]: {dev} is not one of the host's "
+                    f"hardware.nvme devices ({', '.join(nvme) or 'none declared'}); "
+                    "declare it there (with wipe: true only if its data may go)"
+                )
     return errors
 
 
