@@ -72,7 +72,7 @@ def store(tmp_path: Path, monkeypatch) -> dict:
     cache.mkdir()
     for data in (*BINARY.values(), *IMAGES.values()):
         (cache / _sha(data)).write_bytes(data)
-    artifacts._RESOLVED.clear()
+    monkeypatch.setattr(artifacts, "_RESOLVED", {})  # undone after the test
     monkeypatch.setenv("TEST_K3S_TOKEN", TOKEN)
     return {
         "networks": {"management": {"subnet": "10.10.0.0/24"},
