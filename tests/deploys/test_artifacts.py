@@ -44,12 +44,12 @@ def _cluster(cache: Path, **extra) -> dict:
 
 
 @pytest.fixture
-def cache(tmp_path: Path) -> Path:
+def cache(tmp_path: Path, monkeypatch) -> Path:
     """A download cache that already holds the artifact (named by its sha256)."""
     d = tmp_path / "cache"
     d.mkdir()
     (d / SHA256).write_bytes(DATA)
-    artifacts._RESOLVED.clear()
+    monkeypatch.setattr(artifacts, "_RESOLVED", {})  # undone after the test
     return d
 
 
@@ -97,8 +97,8 @@ def test_a_node_of_another_architecture_is_refused(cache):
         plan(HOSTS, GROUPS, _cluster(cache), facts, _deploy)
 
 
-def test_an_artifact_that_cannot_be_had_stops_before_any_operation(tmp_path):
-    artifacts._RESOLVED.clear()
+def test_an_artifact_that_cannot_be_had_stops_before_any_operation(tmp_path, monkeypatch):
+    monkeypatch.setattr(artifacts, "_RESOLVED", {})  # undone after the test
     facts = {"n1": {"Arch": "x86_64", **_has({})}, "n2": {"Arch": "x86_64", **_has({})}}
     offline = tmp_path / "offline"
     offline.mkdir()

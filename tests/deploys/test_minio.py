@@ -65,7 +65,7 @@ def cache(tmp_path: Path, monkeypatch) -> Path:
     d.mkdir()
     for data in (OLD, NEW, MC):
         (d / sha(data)).write_bytes(data)
-    artifacts._RESOLVED.clear()
+    monkeypatch.setattr(artifacts, "_RESOLVED", {})  # undone after the test
     monkeypatch.setenv(ENV, PASSWORD)
     return d
 

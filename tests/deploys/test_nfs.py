@@ -254,11 +254,14 @@ def test_an_export_change_is_applied_with_exportfs_not_a_restart():
     p = _plan(facts=facts)
     # Only the exports file changes; the settings file (whose change alone restarts the
     # server) is as it was, so the restart's trigger does not fire.
-    assert p.changing("storage1") == ["Write the exports"]
+    apply = "Apply the exports (exportfs -ra; clients keep their mounts)"
+    assert p.changing("storage1") == ["Write the exports", apply]
     assert p.op("storage1", "NFS server settings (NFSv4.2, 12 nfsd threads)").commands == []
-    apply = p.op("storage1", "Apply the exports (exportfs -ra; clients keep their mounts)")
-    assert apply.conditional and apply.text == "exportfs -ra"
-    assert p.op("storage1", "Restart the NFS server (its settings changed)").conditional
+    assert p.op("storage1", apply).conditional and p.op("storage1", apply).text == "exportfs -ra"
+    assert p.op("storage1", "Restart the NFS server (its settings changed)").skipped
+    # Without a change to the exports, they are not applied again.
+    again = _plan(facts={"storage1": _deployed(fresh, "storage1")})
+    assert again.op("storage1", apply).skipped
 
 
 # ---------------------------------------------------------------------------

@@ -644,6 +644,14 @@ class _FakeState:
         self.inventory = type("Inventory", (), {"get_active_hosts": lambda _self: hosts})()
 
 
+@pytest.fixture
+def batches(monkeypatch):
+    """The driver change's record of started and finished hosts, empty, and undone after
+    the test (it is keyed by id(state): a later test's state may get the same id)."""
+    monkeypatch.setattr(nvidia, "_STARTED", {})
+    monkeypatch.setattr(nvidia, "_DONE", {})
+
+
 def _steps(batch_size):
     """The driver change's guard and finish callbacks, as pyinfra would run them."""
     commands = list(nvidia.driver_change._inner(install_args="'nvidia-open-570'", drain=True,
@@ -653,7 +661,7 @@ def _steps(batch_size):
 
 
 @pytest.mark.parametrize("batch_size", [1, 2])
-def test_a_batch_does_not_start_after_a_node_of_an_earlier_one_failed(batch_size):
+def test_a_batch_does_not_start_after_a_node_of_an_earlier_one_failed(batch_size, batches):
     guard, finished = _steps(batch_size)
     state = _FakeState(["gpu1", "gpu2", "gpu3"])
     gpu1, gpu2, gpu3 = (state.hosts[n] for n in ("gpu1", "gpu2", "gpu3"))
@@ -669,7 +677,7 @@ def test_a_batch_does_not_start_after_a_node_of_an_earlier_one_failed(batch_size
     assert guard(state, gpu3) is False
 
 
-def test_batches_go_on_when_every_node_of_the_earlier_ones_ended_well():
+def test_batches_go_on_when_every_node_of_the_earlier_ones_ended_well(batches):
     guard, finished = _steps(1)
     state = _FakeState(["gpu1", "gpu2", "gpu3"])
     for name in ("gpu1", "gpu2", "gpu3"):

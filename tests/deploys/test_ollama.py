@@ -94,13 +94,13 @@ def _cluster(cache: Path, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def cache(tmp_path: Path) -> Path:
+def cache(tmp_path: Path, monkeypatch) -> Path:
     """A download cache that holds both stand-in archives (named by their sha256)."""
     d = tmp_path / "cache"
     d.mkdir()
     for v, data in STAND_INS.items():
         (d / SUMS[v]).write_bytes(data)
-    artifacts._RESOLVED.clear()
+    monkeypatch.setattr(artifacts, "_RESOLVED", {})  # undone after the test
     return d
 
 

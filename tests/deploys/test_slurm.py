@@ -16,7 +16,7 @@ import pytest
 from aicluster.components.slurm import deploy as slurm
 from aicluster.components.slurm import derive as slurm_derive
 from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS
-from tests.deploys.harness import plan
+from tests.deploys.harness import file_facts, plan
 
 GPU = {"model": "H100-SXM5-80GB", "count": 8, "memory_gb": 80, "nvswitch": True}
 HOSTS = [
@@ -36,8 +36,15 @@ GROUPS = {
     "gpu_nodes": ["gpu1", "gpu2", "gpu3"],
 }
 
+RECONFIGURE = "scontrol reconfigure (slurm.conf changed; running jobs keep running)"
+RESTART_CTLD = "Restart slurmctld (a change reconfigure cannot apply)"
+RESTART_SLURMD = "Restart slurmd (a change reconfigure cannot apply)"
+RESTART_DBD = "Restart slurmdbd (configuration or key changed)"
+RESTART_MUNGE = "Restart munge (new key)"
 CGROUP = "CgroupWritable"
 DRIVER = "NvidiaDriver"
+RUNNING = {f"{unit}.service": True
+           for unit in ("munge", "slurmctld", "slurmd", "slurmdbd", "mariadb")}
 INSTALLED_DEB = {
     "munge": {"0.5.15-2"},
     "slurm-client": {"22.05.8-4+deb12u3"},
@@ -83,9 +90,11 @@ def test_controller_and_workers_get_their_daemons(key_file, distro):
         assert "slurmd running and enabled" in p.names(worker)
         assert "slurmctld running and enabled" not in p.names(worker)
         assert "munge running and enabled" in p.names(worker)
-    # Only the primary controller reconfigures, and only after a change.
-    assert p.op("head", "scontrol reconfigure (slurm.conf changed; running jobs keep running)"
-                ).conditional
+    # Only the primary controller reconfigures, and only after a change that needs no
+    # restart: a first install starts the daemons instead.
+    assert p.op("head", RECONFIGURE).skipped
+    assert p.op("head", RESTART_CTLD).runs
+    assert p.op("gpu1", RESTART_SLURMD).runs
     assert not any(n.startswith("scontrol reconfigure") for n in p.names("gpu1"))
 
 
@@ -147,7 +156,12 @@ def test_munge_key_generated_once_and_same_everywhere(key_file):
     # Not generated again.
     _plan(key_file)
     assert key_file.read_bytes() == key
-    assert p.op("head", "Restart munge (new key)").conditional
+    # munge restarts where the key is new, and only there.
+    assert p.op("head", RESTART_MUNGE).runs and p.op("gpu1", RESTART_MUNGE).runs
+    again = _rerun(key_file)
+    for host in ("head", "gpu1", "cpu1"):
+        assert "munge key (the cluster's one key)" not in again.changing(host)
+        assert again.op(host, RESTART_MUNGE).skipped
 
 
 def test_munge_key_from_the_environment(key_file, monkeypatch):
@@ -274,23 +288,83 @@ def test_slurmdbd_with_mariadb(key_file, distro):
 # --- re-runs: reconfigure, restart, upgrade ------------------------------------------
 
 
-def _current(key_file, **kw):
-    """A plan made again with the files the first plan uploads as the node's state."""
-    first = _plan(key_file, **kw)
-    return first.upload("head", slurm_derive.SLURM_CONF)
+def _rerun(key_file, first=None, node=None, **kw):
+    """A plan made again on nodes that hold what ``first`` (by default the same plan)
+    uploaded; ``node`` changes a host's files first (host -> path -> text)."""
+    first = first or {}
+    before = _plan(key_file, **first)
+    facts = {}
+    for h, _ in HOSTS:
+        if h not in before.ops:
+            continue
+        files = before.files(h)
+        for path, text in (node or {}).get(h, {}).items():
+            files[path].content = text.encode()
+        facts[h] = {**file_facts(files), "DebPackages": INSTALLED_DEB,
+                    "SlurmConf": files[slurm_derive.SLURM_CONF].content.decode(),
+                    "SystemdStatus": RUNNING, "SystemdEnabled": RUNNING,
+                    **kw.get("facts", {}).get(h, {})}
+    kw.pop("facts", None)
+    return _plan(key_file, facts=facts, **kw)
+
+
+def test_a_second_run_restarts_and_reconfigures_nothing(key_file):
+    p = _rerun(key_file)
+    assert not p.op("head", RECONFIGURE).runs
+    for host in ("head", "gpu1", "cpu1"):
+        assert "Write slurm.conf" not in p.changing(host)
+        for name in (RESTART_CTLD, RESTART_SLURMD, RESTART_MUNGE, RECONFIGURE):
+            assert name not in p.changing(host), (host, name)
 
 
 def test_a_plain_setting_change_reconfigures_without_restarting(key_file):
-    old = _current(key_file)
-    facts = {h: {"SlurmConf": old, "DebPackages": INSTALLED_DEB} for h, _ in HOSTS}
-    p = _plan(key_file, extra={"slurm_config": {"MinJobAge": 600}}, facts=facts)
+    p = _rerun(key_file, extra={"slurm_config": {"MinJobAge": 600}})
     assert "MinJobAge=600\n" in p.upload("head", slurm_derive.SLURM_CONF)
-    reconf = p.op("head", "scontrol reconfigure (slurm.conf changed; running jobs keep running)")
-    assert reconf.commands == ["scontrol reconfigure"]
-    # Restart ops are planned as conditional; the condition is false for this change.
-    assert not slurm_derive.restart_needed(old, p.upload("head", slurm_derive.SLURM_CONF),
-                                    slurm.defaults("slurm")["slurm_restart_keys"])
+    reconf = p.op("head", RECONFIGURE)
+    assert reconf.runs and reconf.commands == ["scontrol reconfigure"]
+    assert p.op("head", RESTART_CTLD).skipped
+    for worker in ("gpu1", "cpu1"):
+        assert "Write slurm.conf" in p.changing(worker)
+        assert p.op(worker, RESTART_SLURMD).skipped
     assert "Install Slurm 22.05.8" not in p.names("gpu1")
+
+
+def test_a_restart_key_change_restarts_the_daemons_instead_of_reconfiguring(key_file):
+    p = _rerun(key_file, extra={"slurm_config": {"SlurmctldPort": 6900}})
+    assert "SlurmctldPort=6900\n" in p.upload("head", slurm_derive.SLURM_CONF)
+    assert p.op("head", RESTART_CTLD).runs
+    assert "systemctl restart slurmctld.service" in p.op("head", RESTART_CTLD).text
+    assert p.op("head", RECONFIGURE).skipped
+    for worker in ("gpu1", "cpu1"):
+        assert p.op(worker, RESTART_SLURMD).runs
+
+
+def test_a_new_node_restarts_the_daemons(key_file):
+    hosts = [*HOSTS, ("cpu2", {"ssh_hostname": "10.10.0.32",
+                              "hardware": {"cpus": 64, "memory_gb": 512}})]
+    p = _rerun(key_file, hosts=hosts,
+               groups={"slurm_workers": ["gpu1", "gpu2", "gpu3", "cpu1", "cpu2"]})
+    assert "NodeName=cpu[1-2]" in p.upload("head", slurm_derive.SLURM_CONF)
+    assert p.op("head", RESTART_CTLD).runs and p.op("head", RECONFIGURE).skipped
+
+
+def test_a_gres_change_restarts_that_slurmd_only(key_file):
+    p = _rerun(key_file, node={"gpu2": {slurm_derive.GRES_CONF: "# an older gres.conf\n"}})
+    assert "Write gres.conf" in p.changing("gpu2") and p.op("gpu2", RESTART_SLURMD).runs
+    assert "Write gres.conf" not in p.changing("gpu1") and p.op("gpu1", RESTART_SLURMD).skipped
+    assert p.op("head", RESTART_CTLD).skipped and p.op("head", RECONFIGURE).skipped
+
+
+def test_a_slurmdbd_conf_change_restarts_slurmdbd_only(key_file):
+    p = _rerun(key_file, first={"groups": {"slurm_dbd": ["db1"]}},
+               groups={"slurm_dbd": ["db1"]},
+               node={"db1": {slurm_derive.DBD_CONF: "# an older slurmdbd.conf\n"}},
+               facts={"db1": {"MariadbUser": True}})
+    assert p.op("db1", RESTART_DBD).runs
+    assert p.op("head", RESTART_CTLD).skipped and p.op("head", RECONFIGURE).skipped
+    again = _rerun(key_file, first={"groups": {"slurm_dbd": ["db1"]}},
+                   groups={"slurm_dbd": ["db1"]}, facts={"db1": {"MariadbUser": True}})
+    assert again.op("db1", RESTART_DBD).skipped
 
 
 def test_restart_keys_and_new_nodes_need_a_restart():
@@ -317,8 +391,12 @@ def test_upgrade_controller_first_then_workers_in_batches(key_file):
     assert '*State=*DRAIN*) echo "$node: drained by an administrator; it stays drained"' in script
     assert '*"Reason=$reason"*)' in script
     # No reconfigure in the same run as an upgrade (the daemons restart anyway).
-    assert p.op("head", "scontrol reconfigure (slurm.conf changed; running jobs keep running)"
-                ).conditional
+    assert p.op("head", RECONFIGURE).conditional
+    up = _rerun(key_file, extra={"slurm_upgrade_batch_size": 2,
+                                 "slurm_config": {"MinJobAge": 600}},
+                facts={h: {"DebPackages": old} for h, _ in HOSTS})
+    assert "Write slurm.conf" in up.changing("head")
+    assert up.op("head", RECONFIGURE).skipped
 
 
 def test_version_match():

@@ -164,8 +164,7 @@ def test_on_for_any_3_10_release(stock, monkeypatch):
 
 
 def test_a_deploy_plans_on_fake_hosts_with_a_private_name_missing(stock, monkeypatch):
-    from aicluster.deploys import base
-
+    from aicluster.components.base import deploy as base
     from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS, HOSTS
     from tests.deploys.harness import plan
 

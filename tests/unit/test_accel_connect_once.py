@@ -6,9 +6,20 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import gevent
+import pytest
 from pyinfra.api import Config, Inventory, State
 
+from aicluster.accel import connect_once as pyinfra_fixes
 from aicluster.accel.connect_once import connect_once
+
+
+@pytest.fixture(autouse=True)
+def pyinfra_as_it_was(monkeypatch):
+    """connect_once patches pyinfra's Host for the process: undo it after each test."""
+    from pyinfra.api.host import Host
+
+    monkeypatch.setattr(Host, "connect", Host.connect)
+    monkeypatch.setattr(pyinfra_fixes, "_INSTALLED", [])
 
 
 def _host():

@@ -17,6 +17,17 @@ from pyinfra.facts.server import Os
 from aicluster.accel import memo as deploys
 
 
+@pytest.fixture(autouse=True)
+def pyinfra_as_it_was(monkeypatch):
+    """memoize_facts patches pyinfra for the process: undo it after each test."""
+    from pyinfra.api.command import FunctionCommand
+
+    for owner, name in ((api_host, "get_fact"), (api_host.Host, "run_shell_command"),
+                        (api_host.Host, "put_file"), (api_host.Host, "rsync"),
+                        (FunctionCommand, "execute")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+
+
 @pytest.fixture
 def reads(monkeypatch):
     calls: list[tuple] = []

@@ -15,6 +15,25 @@ from aicluster.accel.speed import (
 )
 
 
+@pytest.fixture(autouse=True)
+def pyinfra_as_it_was(monkeypatch):
+    """speed_up_pyinfra patches pyinfra's modules for the process: every function and
+    method of pyinfra's loaded modules is put back after each test."""
+    from aicluster.accel import speed as pyinfra_speed
+
+    monkeypatch.setattr(pyinfra_speed, "_INSTALLED", [])
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("pyinfra"):
+            continue
+        for key, value in list(vars(module).items()):
+            if isinstance(value, type) and value.__module__ == name:
+                for attr, member in list(vars(value).items()):
+                    if callable(member) and not attr.startswith("__"):
+                        monkeypatch.setattr(value, attr, member)
+            elif callable(value) and not isinstance(value, type):
+                monkeypatch.setattr(module, key, value)
+
+
 def _both(state):
     # One line, so the innermost frame's line number is the same for both.
     return get_operation_order_from_stack(state), operation_order_from_frames(state, sys._getframe(0))  # noqa: E501
