@@ -505,7 +505,9 @@ def _pydantic_errors(where: str, exc: ValidationError | list[Any],
     errors = []
     for err in exc.errors() if isinstance(exc, ValidationError) else exc:
         # Drop pydantic's union-branch names ("IPv4Address") from the location.
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p[:1].isupper())]
+        # ... and "[key]", which marks a mapping's key (the key itself comes before it).
+        loc = [p for p in err["loc"]
+               if not (isinstance(p, str) and (p[:1].isupper() or p == "[key]"))]
         path = _loc([*([prefix] if prefix else []), *loc])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] in _SHOW_INPUT and "secrets" not in loc:
@@ -582,18 +584,20 @@ def validate(
                     f"{where}: groups: unknown group {g!r}; known groups: "
                     f"{', '.join(sorted(KNOWN_GROUPS))}"
                 )
-        for path in _inline_secrets(data):
+        inline = _inline_secrets(data)
+        for path in inline:
             errors.append(
                 f"{where}: {path}: a secret is written inline; put it in a file or an "
                 "environment variable and name it under 'secrets'"
             )
         for key, value in data.items():
-            if key.endswith("_version") and value is not None:
+            if key.endswith("_version") and value is not None and not _modelled(key):
                 if not isinstance(value, str) or not VERSION_RE.match(value):
                     errors.append(
                         f"{where}: {key}: {value!r} is not a version (like '23.11.4' or '535')"
                     )
-        errors += _settings_errors(where, data)
+        # A secret written inline is reported once, as such (not also as an unknown key).
+        errors += _settings_errors(where, {k: v for k, v in data.items() if k not in inline})
         try:
             spec = HostSpec.model_validate(dict(data))
         except ValidationError as exc:
@@ -674,6 +678,12 @@ def component_of_key(key: str) -> str | None:
     """The component whose settings a host data key is (by its prefix), or None."""
     found = [c for c in COMPONENT_ORDER if key.startswith(f"{c}_")]
     return max(found, key=len) if found else None
+
+
+def _modelled(key: str) -> bool:
+    """Whether a component's settings model checks this data key."""
+    component = component_of_key(key)
+    return component is not None and settings_model(component) is not None
 
 
 def _settings_errors(where: str, data: Mapping[str, Any]) -> list[str]:
