@@ -4,10 +4,19 @@ counts, and config dicts (a key=value file written as a mapping)."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic import ConfigDict as ModelConfig
 
 
 def _no_dots(path: str) -> str:
@@ -38,10 +47,17 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 Count = Annotated[int, Field(ge=1)]
 #: A count that may be zero.
 Size = Annotated[int, Field(ge=0)]
+_VERSION = re.compile(r"^([0-9]+(\.[0-9]+)*([-+~][0-9A-Za-z.+~-]+)?)?$")
+
+
+def _version(value: str) -> str:
+    if not _VERSION.match(value):
+        raise ValueError(f"{value!r} is not a version (like '23.11.4' or '535')")
+    return value
+
+
 #: A package or release version, or "" for "the newest the repository has".
-Version = Annotated[
-    str, StringConstraints(pattern=r"^([0-9]+(\.[0-9]+)*([-+~][0-9A-Za-z.+~-]+)?)?$")
-]
+Version = Annotated[str, AfterValidator(_version)]
 #: A secret's name under the inventory's ``secrets``.
 SecretName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
 #: A config file written from a mapping (key=value lines): keys are plain words, values
@@ -63,3 +79,62 @@ def scalar_config(value: dict[str, Any]) -> dict[str, Any]:
 
 
 ScalarConfig = Annotated[dict[str, Any], AfterValidator(scalar_config)]
+
+
+# -- added for minio, ray, k3s, ollama ----------------------------------------------
+
+#: The cluster network a component runs on, or "" to let aicluster choose one.
+NetworkChoice = Literal["", "management", "fabric", "storage", "ib"]
+
+
+def _ip(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+    return value
+
+
+#: An IPv4 or IPv6 address, as text.
+IPAddressText = Annotated[str, AfterValidator(_ip)]
+#: A sha256 digest (64 lowercase hex digits).
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+#: An architecture release files are pinned for.
+Arch = Literal["amd64", "arm64"]
+#: An http(s) URL pattern of a release file (aicluster.artifacts: {version}, {arch} ...).
+URLPattern = Annotated[str, StringConstraints(pattern=r"^https?://\S+$")]
+
+
+class ArtifactPin(BaseModel):
+    """One pinned release file (aicluster.artifacts): its URL pattern (or one per
+    architecture), its sha256 per version and architecture, the groups that need it
+    and, where the URL's last part is not the file's name, the file name pattern."""
+
+    model_config = ModelConfig(extra="forbid", strict=True, frozen=True)
+
+    url: URLPattern | dict[Arch, URLPattern]
+    sha256: dict[str, dict[Arch, Sha256]]
+    groups: list[str] | None = None
+    filename: Annotated[str, StringConstraints(pattern=r"^[^/\s]+$")] | None = None
+
+
+#: A component's pinned release files, by name (``<c>_artifacts``).
+ArtifactPins = dict[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")], ArtifactPin]
+
+
+def or_empty(kind: Any) -> Any:
+    """A text setting of type ``kind``, or "" (where empty means "aicluster chooses"):
+    one error when it is neither, not one per branch as a union would give."""
+    adapter = TypeAdapter(kind)
+
+    def check(value: str) -> str:
+        if value:
+            try:
+                adapter.validate_python(value, strict=True)
+            except ValidationError as exc:
+                msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+                shown = repr(value)
+                raise ValueError(msg if shown in msg else f"{msg} (got {shown})") from None
+        return value
+
+    return Annotated[str, AfterValidator(check)]
