@@ -22,7 +22,7 @@ from pyinfra.api import host as api_host
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 
-import aicluster.common.ops as ops
+import aicluster.common.ops as common_ops
 
 # pyinfra.api re-exports a function named `operation`; the module holds the helpers.
 api_operation = importlib.import_module("pyinfra.api.operation")
@@ -111,7 +111,7 @@ def plan(
     )
     state = State(inventory, Config())
     state.set_stage(StateStage.Prepare)
-    ops._CLUSTERS.clear()
+    common_ops._CLUSTERS.clear()
     fake = _fake_get_fact(facts)
     result = Plan()
     # Each host's own operation names (pyinfra keeps the union of all hosts' names).
