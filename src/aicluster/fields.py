@@ -19,8 +19,8 @@ from pydantic import (
 from pydantic import ConfigDict as ModelConfig
 
 
-def _no_dots(path: str) -> str:
-    if any(part in (".", "..") for part in path.split("/")[1:]):
+def _no_dots(path: str, first: int = 1) -> str:
+    if any(part in (".", "..") for part in path.split("/")[first:]):
         raise ValueError(f"{path!r} has a '.' or '..' component")
     return path
 
@@ -32,7 +32,7 @@ AbsPath = Annotated[
 ]
 #: A path below another (no leading '/').
 RelPath = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"),
-                    AfterValidator(lambda p: _no_dots("/" + p)[1:])]
+                    AfterValidator(lambda p: _no_dots(p, 0))]
 #: A system account or group name.
 AccountName = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 #: An environment variable name.

@@ -505,9 +505,7 @@ def _pydantic_errors(where: str, exc: ValidationError | list[Any],
     errors = []
     for err in exc.errors() if isinstance(exc, ValidationError) else exc:
         # Drop pydantic's union-branch names ("IPv4Address") from the location.
-        # ... and "[key]", which marks a mapping's key (the key itself comes before it).
-        loc = [p for p in err["loc"]
-               if not (isinstance(p, str) and (p[:1].isupper() or p == "[key]"))]
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p[:1].isupper())]
         path = _loc([*([prefix] if prefix else []), *loc])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] in _SHOW_INPUT and "secrets" not in loc:
@@ -686,6 +684,15 @@ def _modelled(key: str) -> bool:
     return component is not None and settings_model(component) is not None
 
 
+#: pydantic's names in an error's location that are no part of the path: a union's
+#: branch (``str``, ``function-after[...]``) and the mark of a mapping's key (``[key]``).
+_NOT_A_PATH = re.compile(r"^(str|int|float|bool|none|list|dict|.*\[.*\])$")
+
+
+def _settings_path(loc: Iterable[Any]) -> str:
+    return _loc(p for p in loc if not (isinstance(p, str) and _NOT_A_PATH.match(p)))
+
+
 def _settings_errors(where: str, data: Mapping[str, Any]) -> list[str]:
     """Each component's settings the host's data gives, checked by the component's
     model (on the role's defaults under the host's data): host and field named, an
@@ -709,13 +716,17 @@ def _settings_errors(where: str, data: Mapping[str, Any]) -> list[str]:
         except ValidationError as exc:
             known = sorted(model.model_fields)
             for err in exc.errors():
-                if err["type"] == "extra_forbidden":
+                if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
                     key = str(err["loc"][0])
                     near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
                     hint = f"did you mean {near[0]}?" if near else (
                         f"the {component} settings are: {', '.join(known)}")
                     errors.append(f"{where}: {key}: not a {component} setting; {hint}")
-            rest = [e for e in exc.errors() if e["type"] != "extra_forbidden"]
+            # The path as one part: a settings path may hold a key written in capitals
+            # (minio_config.MINIO_BROWSER), which _pydantic_errors would take for the name
+            # of a union's branch.
+            rest = [{**e, "loc": (_settings_path(e["loc"]),)} for e in exc.errors()
+                    if e["type"] != "extra_forbidden" or len(e["loc"]) > 1]
             if rest:
                 errors += _pydantic_errors(where, rest)
     return errors

@@ -59,6 +59,13 @@ def _config_key(name: str) -> str:
     return name
 
 
+def _value(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int, float)) or (
+            isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value)):
+        return value
+    raise ValueError(f"{value!r} is not a string, number, boolean or list of strings")
+
+
 def _bind_address(config: dict[str, Any]) -> dict[str, Any]:
     value = config.get(BIND_KEY)
     if value is not None and not (isinstance(value, str) and _is_ip(value)):
@@ -82,8 +89,7 @@ def _address_or_name(value: str) -> str:
 
 #: config.yaml settings: a k3s flag name to a value (null: drop the key).
 K3sConfig = Annotated[
-    dict[Annotated[str, AfterValidator(_config_key)],
-         str | bool | int | float | list[str | int | float] | None],
+    dict[Annotated[str, AfterValidator(_config_key)], Annotated[Any, AfterValidator(_value)]],
     AfterValidator(_bind_address),
 ]
 

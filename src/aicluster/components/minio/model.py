@@ -54,14 +54,16 @@ def _env_name(value: str) -> str:
     if not re.match(r"^MINIO_[A-Z0-9_]+$", value):
         raise ValueError(f"{value!r} is not a MinIO environment variable (MINIO_...)")
     if value in COMPUTED_ENV:
-        raise ValueError(f"{value} is computed from the inventory (drives, addresses, the "
+        raise ValueError("is computed from the inventory (drives, addresses, the "
                          "root secret); set it through the minio_* settings")
     return value
 
 
 def _env_value(value: Any) -> Any:
-    if value is not None and any(ch in str(value) for ch in '"\\$`\n'):
-        raise ValueError("must be one value without quotes, backslashes, '$' or backticks")
+    if isinstance(value, (dict, list)) or (
+            value is not None and any(ch in str(value) for ch in '"\\$`\n')):
+        raise ValueError(f"{value!r} must be one value without quotes, backslashes, '$' or "
+                         "backticks")
     return value
 
 
@@ -104,7 +106,7 @@ class Bucket(BaseModel):
 
 
 MinioEnv = dict[Annotated[str, AfterValidator(_env_name)],
-                Annotated[str | int | float | bool | None, AfterValidator(_env_value)]]
+                Annotated[Any, AfterValidator(_env_value)]]
 LocalFile = Annotated[str, AfterValidator(_local_file)]
 
 

@@ -61,7 +61,8 @@ def _env_key(name: str) -> str:
 
 
 def _env_value(value: Any) -> Any:
-    if isinstance(value, str) and re.search(r'["\\\n\r%$]', value):
+    if isinstance(value, (dict, list)) or (
+            isinstance(value, str) and re.search(r'["\\\n\r%$]', value)):
         raise ValueError(f"{value!r} may hold no quote, backslash, '%', '$' or line break")
     return value
 
@@ -99,7 +100,7 @@ class Settings(ComponentSettings):
     ollama_max_loaded_models: Size
     ollama_max_queue: Count
     ollama_config: dict[Annotated[EnvName, AfterValidator(_env_key)],
-                        Annotated[str | int | float | bool | None, AfterValidator(_env_value)]]
+                        Annotated[Any, AfterValidator(_env_value)]]
     ollama_models: list[Annotated[str, AfterValidator(_model_name)]]
     #: "": none (relative to artifacts_dir).
     ollama_models_archive: or_empty(RelPath)
