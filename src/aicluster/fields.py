@@ -101,8 +101,22 @@ IPAddressText = Annotated[str, AfterValidator(_ip)]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 #: An architecture release files are pinned for.
 Arch = Literal["amd64", "arm64"]
-#: An http(s) URL pattern of a release file (aicluster.artifacts: {version}, {arch} ...).
-URLPattern = Annotated[str, StringConstraints(pattern=r"^https?://\S+$")]
+_URL = re.compile(r"^https?://\S+$")
+
+
+def _url_pattern(value: Any) -> Any:
+    """An http(s) URL pattern, or a mapping architecture -> pattern."""
+    urls = value if isinstance(value, dict) else {"": value}
+    for arch, url in urls.items():
+        if arch not in ("", "amd64", "arm64") or not isinstance(url, str) or not _URL.match(url):
+            raise ValueError(f"{value!r} is not an http(s) URL pattern (or a mapping "
+                             "architecture -> pattern, for amd64 and arm64)")
+    return value
+
+
+#: A release file's http(s) URL pattern (aicluster.artifacts: {version}, {arch} ...), or one
+#: per architecture.
+URLPatterns = Annotated[Any, AfterValidator(_url_pattern)]
 
 
 class ArtifactPin(BaseModel):
@@ -112,7 +126,7 @@ class ArtifactPin(BaseModel):
 
     model_config = ModelConfig(extra="forbid", strict=True, frozen=True)
 
-    url: URLPattern | dict[Arch, URLPattern]
+    url: URLPatterns
     sha256: dict[str, dict[Arch, Sha256]]
     groups: list[str] | None = None
     filename: Annotated[str, StringConstraints(pattern=r"^[^/\s]+$")] | None = None
