@@ -7,13 +7,14 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     Field,
     StringConstraints,
+    TypeAdapter,
     ValidationError,
     WrapValidator,
 )
@@ -143,3 +144,76 @@ def listed_once(key: Callable[[Any], Any] | None = None) -> AfterValidator:
             seen[k] = i
         return items
     return AfterValidator(check)
+
+
+# -- added for minio, ray, k3s, ollama ----------------------------------------------
+
+#: The cluster network a component runs on, or "" to let aicluster choose one.
+NetworkChoice = Literal["", "management", "fabric", "storage", "ib"]
+
+
+def _ip(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+    return value
+
+
+#: An IPv4 or IPv6 address, as text.
+IPAddressText = Annotated[str, AfterValidator(_ip)]
+#: A sha256 digest (64 lowercase hex digits).
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+#: An architecture release files are pinned for.
+Arch = Literal["amd64", "arm64"]
+_URL = re.compile(r"^https?://\S+$")
+
+
+def _url_pattern(value: Any) -> Any:
+    """An http(s) URL pattern, or a mapping architecture -> pattern."""
+    urls = value if isinstance(value, dict) else {"": value}
+    for arch, url in urls.items():
+        if arch not in ("", "amd64", "arm64") or not isinstance(url, str) or not _URL.match(url):
+            raise ValueError(f"{value!r} is not an http(s) URL pattern (or a mapping "
+                             "architecture -> pattern, for amd64 and arm64)")
+    return value
+
+
+#: A release file's http(s) URL pattern (aicluster.artifacts: {version}, {arch} ...), or one
+#: per architecture.
+URLPatterns = Annotated[Any, AfterValidator(_url_pattern)]
+
+
+class ArtifactPin(BaseModel):
+    """One pinned release file (aicluster.artifacts): its URL pattern (or one per
+    architecture), its sha256 per version and architecture, the groups that need it
+    and, where the URL's last part is not the file's name, the file name pattern."""
+
+    model_config = ModelConfig(extra="forbid", strict=True, frozen=True)
+
+    url: URLPatterns
+    sha256: dict[str, dict[Arch, Sha256]]
+    groups: list[str] | None = None
+    filename: Annotated[str, StringConstraints(pattern=r"^[^/\s]+$")] | None = None
+
+
+#: A component's pinned release files, by name (``<c>_artifacts``).
+ArtifactPins = dict[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")], ArtifactPin]
+
+
+def or_empty(kind: Any) -> Any:
+    """A text setting of type ``kind``, or "" (where empty means "aicluster chooses"):
+    one error when it is neither, not one per branch as a union would give."""
+    adapter = TypeAdapter(kind)
+
+    def check(value: str) -> str:
+        if value:
+            try:
+                adapter.validate_python(value, strict=True)
+            except ValidationError as exc:
+                msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+                shown = repr(value)
+                raise ValueError(msg if shown in msg else f"{msg} (got {shown})") from None
+        return value
+
+    return Annotated[str, AfterValidator(check)]

@@ -691,6 +691,21 @@ def component_of_key(key: str) -> str | None:
     return max(found, key=len) if found else None
 
 
+def _modelled(key: str) -> bool:
+    """Whether a component's settings model checks this data key."""
+    component = component_of_key(key)
+    return component is not None and settings_model(component) is not None
+
+
+#: pydantic's names in an error's location that are no part of the path: a union's
+#: branch (``str``, ``function-after[...]``) and the mark of a mapping's key (``[key]``).
+_NOT_A_PATH = re.compile(r"^(str|int|float|bool|none|list|dict|.*\[.*\])$")
+
+
+def _settings_path(loc: Iterable[Any]) -> str:
+    return _loc(p for p in loc if not (isinstance(p, str) and _NOT_A_PATH.match(p)))
+
+
 def _settings_errors(where: str, data: Mapping[str, Any]) -> list[str]:
     """Each component's settings the host's data gives, checked by the component's
     model (on the role's defaults under the host's data): host and field named, an
@@ -720,7 +735,10 @@ def _settings_errors(where: str, data: Mapping[str, Any]) -> list[str]:
                     hint = f"did you mean {near[0]}?" if near else (
                         f"the {component} settings are: {', '.join(known)}")
                     errors.append(f"{where}: {key}: not a {component} setting; {hint}")
-            rest = [e for e in exc.errors()
+            # The path as one part: a settings path may hold a key written in capitals
+            # (minio_config.MINIO_BROWSER), which _pydantic_errors would take for the name
+            # of a union's branch.
+            rest = [{**e, "loc": (_settings_path(e["loc"]),)} for e in exc.errors()
                     if e["type"] != "extra_forbidden" or len(e["loc"]) > 1]
             if rest:
                 errors += _pydantic_errors(where, rest)

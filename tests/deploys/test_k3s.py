@@ -486,29 +486,52 @@ def test_a_node_without_an_address_on_the_k3s_network_is_refused(store):
     assert "host 's1': k3s_network: 'storage' is not a network of this inventory" in msg
 
 
-def test_bad_settings_are_refused_naming_host_and_field(store):
-    hosts, groups = [S1, ("cpu1", {**CPU1[1], "k3s_api_port": 70000})], ONE[1]
-    msg = _validate(store, hosts, groups,
-                    k3s_config={"server": "https://x:6443", "Bad Key": 1, "disable": {"a": 1}},
-                    k3s_node_labels=["no-equals-sign"], k3s_registration_address="bad name!",
-                    k3s_ready_timeout=0)
-    assert "host 's1': k3s_config.server: aicluster sets server itself" in msg
-    assert "host 's1': k3s_config: 'Bad Key' is not a k3s setting name" in msg
-    assert "host 's1': k3s_config.disable: {'a': 1} is not a string" in msg
-    assert "host 's1': k3s_node_labels: must be a list of 'key=value' node labels" in msg
-    assert "host 's1': k3s_registration_address: 'bad name!' is not an IP address" in msg
-    assert "host 's1': k3s_ready_timeout: 0 is not a positive integer" in msg
-    assert "host 'cpu1': k3s_api_port: 70000 is not a port" in msg
-    assert "host 'cpu1': k3s_api_port: 70000 differs from 6443 on host 's1'" in msg
+BAD_SETTINGS = [
+    ({"k3s_config": {"server": "https://x:6443"}},
+     "host 's1': k3s_config.server: aicluster sets server itself"),
+    ({"k3s_config": {"Bad Key": 1}},
+     "host 's1': k3s_config.Bad Key: 'Bad Key' is not a k3s setting name"),
+    ({"k3s_config": {"disable": {"a": 1}}},
+     "host 's1': k3s_config.disable: {'a': 1} is not a string"),
+    ({"k3s_config": {"bind-address": "node1.lab"}},
+     "host 's1': k3s_config: bind-address: 'node1.lab' is not an IP address"),
+    ({"k3s_config": {"https-listen-port": 7443}},
+     "host 's1': k3s_config.https-listen-port: aicluster sets https-listen-port itself "
+     "(from k3s_api_port)"),
+    ({"k3s_node_labels": ["no-equals-sign"]},
+     "host 's1': k3s_node_labels[0]: 'no-equals-sign' is not a 'key=value' node label"),
+    ({"k3s_registration_address": "bad name!"},
+     "host 's1': k3s_registration_address: 'bad name!' is not an IP address or a DNS name"),
+    ({"k3s_ready_timeout": 0},
+     "host 's1': k3s_ready_timeout: Input should be greater than or equal to 1 (got 0)"),
+    ({"k3s_token_bytes": 8},
+     "host 's1': k3s_token_bytes: Input should be greater than or equal to 16 (got 8)"),
+    ({"k3s_api_port": 70000},
+     "host 's1': k3s_api_port: Input should be less than or equal to 65535 (got 70000)"),
+    ({"k3s_api_port": "6443"},
+     "host 's1': k3s_api_port: Input should be a valid integer (got '6443')"),
+    ({"k3s_version": ""}, "host 's1': k3s_version: not set; pin the k3s release"),
+    ({"k3s_version": "v1.36.4+k3s1"}, "host 's1': k3s_version: 'v1.36.4+k3s1' is not a version"),
+    ({"k3s_network": "wan"}, "host 's1': k3s_network: Input should be '', 'management', "
+     "'fabric', 'storage' or 'ib' (got 'wan')"),
+    ({"k3s_artifacts": {"k3s": {"url": "https://x/k3s", "sha256": {}, "mirror": "y"}}},
+     "host 's1': k3s_artifacts.k3s.mirror: Extra inputs are not permitted"),
+    ({"k3s_servers_config": {}},
+     "host 's1': k3s_servers_config: not a k3s setting; did you mean k3s_server_default_config?"),
+]
 
 
-def test_a_bind_address_that_is_no_ip_address_and_the_api_port_in_k3s_config_are_refused(
-        store):
-    msg = _validate(store, [S1], {"k3s_servers": ["s1"]},
-                    k3s_config={"bind-address": "node1.lab", "https-listen-port": 7443})
-    assert "host 's1': k3s_config.bind-address: 'node1.lab' is not an IP address" in msg
-    assert "host 's1': k3s_config.https-listen-port: aicluster sets https-listen-port " \
-        "itself (from k3s_api_port)" in msg
+@pytest.mark.parametrize("extra, needle", BAD_SETTINGS,
+                         ids=[n.split(": ")[1] + f"-{i}" for i, (_, n) in enumerate(BAD_SETTINGS)])
+def test_bad_settings_are_refused_naming_host_and_field(store, extra, needle):
+    msg = _validate(store, [S1], {"k3s_servers": ["s1"]}, **extra)
+    assert needle in msg, msg
+
+
+def test_a_port_that_differs_between_nodes_is_refused(store):
+    hosts, groups = [S1, ("cpu1", {**CPU1[1], "k3s_api_port": 7443})], ONE[1]
+    msg = _validate(store, hosts, groups)
+    assert "host 'cpu1': k3s_api_port: 7443 differs from 6443 on host 's1'" in msg
 
 
 def test_an_inline_token_in_k3s_config_is_refused_without_its_value(store):

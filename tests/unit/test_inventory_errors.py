@@ -240,6 +240,67 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "n1", "ray_dashboard_host",
         "'head.example' is not an IP address",
     ),
+    # -- ray_* values (aicluster.components.ray.model) -------------------------------
+    (
+        "ray-unknown-key",
+        [("all.ray_verison", "2.60.0")],
+        "n1", "ray_verison",
+        "not a ray setting; did you mean ray_version?",
+    ),
+    (
+        "ray-port-quoted",
+        [("all.ray_port", "6379")],
+        "n1", "ray_port",
+        "Input should be a valid integer (got '6379')",
+    ),
+    (
+        "ray-fraction-out-of-range",
+        [("all.ray_object_store_fraction", 1.5)],
+        "n1", "ray_object_store_fraction",
+        "Input should be less than 1 (got 1.5)",
+    ),
+    (
+        "ray-fraction-quoted",
+        [("all.ray_memory_fraction", "0.5")],
+        "n1", "ray_memory_fraction",
+        "Input should be a valid number (got '0.5')",
+    ),
+    (
+        "ray-resource-negative",
+        [("n2.ray_resources", {"nvswitch": -1})],
+        "n2", "ray_resources.nvswitch",
+        "Input should be greater than or equal to 0 (got -1)",
+    ),
+    (
+        "ray-resource-bad-name",
+        [("n2.ray_resources", {"has space": 1})],
+        "n2", "ray_resources.has space",
+        "String should match pattern",
+    ),
+    (
+        "ray-temp-dir-relative",
+        [("all.ray_temp_dir", "tmp/ray")],
+        "n1", "ray_temp_dir",
+        "String should match pattern '^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$' (got 'tmp/ray')",
+    ),
+    (
+        "ray-network-unknown-name",
+        [("all.ray_network", "wan")],
+        "n1", "ray_network",
+        "Input should be '', 'management', 'fabric', 'storage' or 'ib' (got 'wan')",
+    ),
+    (
+        "ray-pip-extras-not-a-list",
+        [("all.ray_pip_extras", "default")],
+        "n1", "ray_pip_extras",
+        "Input should be a valid list (got 'default')",
+    ),
+    (
+        "ray-version-not-a-version",
+        [("all.ray_version", "latest")],
+        "n1", "ray_version",
+        "'latest' is not a version (like '23.11.4' or '535')",
+    ),
     (
         "k3s-agents-without-servers",
         [("groups.k3s_agents", ["n2"])],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -16,8 +15,9 @@ from aicluster.common.netconf import interfaces
 from aicluster.common.networks import host_address, pick_network
 from aicluster.common.rollout import drain_command, uncordon_command
 from aicluster.common.settings import layered, merge_config
+from aicluster.components.k3s.model import BIND_KEY
 from aicluster.components.k3s.probe import BINARY, TOKEN_FILE, command_text
-from aicluster.inventory import NETWORK_NAMES, VERSION_RE, Cluster
+from aicluster.inventory import Cluster
 from aicluster.secrets import read_secret
 from aicluster.secrets import secret_ref as _secret_ref
 
@@ -42,31 +42,6 @@ ANNOTATION = "aicluster.io/k3s-rollout"
 #: The secret's name in the inventory's ``secrets``.
 TOKEN_SECRET = "k3s_token"
 TOKEN_CONTEXT = b"aicluster k3s cluster token v1"
-#: config.yaml keys aicluster computes (the inventory sets them another way).
-COMPUTED_KEYS = {
-    "node-name": "the inventory host name",
-    "node-ip": "k3s_network",
-    "flannel-iface": "k3s_network (the interface holding the node address)",
-    "server": "k3s_servers and k3s_registration_address",
-    "cluster-init": "the number of k3s_servers (three or more: embedded etcd)",
-    "token": "secrets.k3s_token",
-    "token-file": "secrets.k3s_token",
-    "agent-token": "secrets.k3s_token",
-    "agent-token-file": "secrets.k3s_token",
-    "node-label": "k3s_node_labels",
-    "https-listen-port": "k3s_api_port",
-}
-#: Where k3s listens when the inventory does not say (k3s's own default is every
-#: address): the node's address on k3s_network (docs/components/k3s.md, "Addresses and
-#: ports").
-BIND_KEY = "bind-address"
-CONFIG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-LABEL_RE = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-    r"=([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
-)
-HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
-IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:@-]*$")
 #: Settings every k3s node must share.
 CLUSTER_KEYS = ("k3s_version", "k3s_network", "k3s_registration_address", "k3s_api_port",
                 "k3s_nvidia_device_plugin_image")
@@ -159,7 +134,8 @@ def admin_server(cluster: Cluster, host_name: str) -> str:
 
 
 def validate(cluster: Cluster) -> list[str]:
-    """k3s's own checks of the inventory (host and field named)."""
+    """k3s's checks of the inventory that need more than one value (the settings model,
+    aicluster.components.k3s.model, has checked each value): host and field named."""
     errors: list[str] = artifacts.validate(cluster, "k3s")  # its release pins
     nodes = k3s_hosts(cluster)
     if not nodes:
@@ -185,12 +161,6 @@ def validate(cluster: Cluster) -> list[str]:
         data = cluster.hosts[name].data
         v = layered("k3s", data)
         where = f"host {name!r}"
-        version = v["k3s_version"]
-        if not version or not isinstance(version, str) or not VERSION_RE.match(version):
-            errors.append(
-                f"{where}: k3s_version: {version!r} is not a k3s release (like "
-                "'1.36.4+k3s1', without the leading v); pin it in group_data"
-            )
         for key in CLUSTER_KEYS:
             if name != first and v[key] != first_v[key]:
                 errors.append(
@@ -199,7 +169,7 @@ def validate(cluster: Cluster) -> list[str]:
                 )
         network = v["k3s_network"]
         if network:
-            if network not in NETWORK_NAMES or network not in cluster.spec.networks:
+            if network not in cluster.spec.networks:
                 errors.append(
                     f"{where}: k3s_network: {network!r} is not a network of this inventory; "
                     f"declared: {', '.join(cluster.spec.networks)}"
@@ -210,28 +180,6 @@ def validate(cluster: Cluster) -> list[str]:
                     "network (node-ip); give it one in hardware.nics, or choose another "
                     "k3s_network"
                 )
-        reg = v["k3s_registration_address"]
-        if reg and not _address_or_name(reg):
-            errors.append(f"{where}: k3s_registration_address: {reg!r} is not an IP "
-                          "address or a DNS name")
-        port = v["k3s_api_port"]
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            errors.append(f"{where}: k3s_api_port: {port!r} is not a port (1-65535)")
-        for key in ("k3s_ready_timeout", "k3s_drain_timeout", "k3s_token_bytes"):
-            value = v[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                errors.append(f"{where}: {key}: {value!r} is not a positive integer")
-        if isinstance(v["k3s_token_bytes"], int) and 0 < v["k3s_token_bytes"] < 16:
-            errors.append(f"{where}: k3s_token_bytes: {v['k3s_token_bytes']} is too few "
-                          "for a cluster secret; give 16 or more")
-        for key in ("k3s_default_config", "k3s_server_default_config", "k3s_config"):
-            errors += _check_config(where, key, v[key])
-        labels = v["k3s_node_labels"]
-        if not isinstance(labels, list) or not all(
-            isinstance(x, str) and LABEL_RE.match(x) for x in labels
-        ):
-            errors.append(f"{where}: k3s_node_labels: must be a list of 'key=value' node "
-                          "labels such as 'topology.kubernetes.io/zone=rack1'")
         if has_gpus(cluster, name):
             if name not in gpu_nodes:
                 errors.append(
@@ -244,63 +192,13 @@ def validate(cluster: Cluster) -> list[str]:
                     f"{where}: nvidia_container_toolkit: false, but the host runs k3s with "
                     "GPUs: k3s's containerd needs the NVIDIA container runtime"
                 )
-            image = v["k3s_nvidia_device_plugin_image"]
-            if not image:
+            if not v["k3s_nvidia_device_plugin_image"]:
                 errors.append(
                     f"{where}: k3s_nvidia_device_plugin_image: not set, and the host runs "
                     "k3s with GPUs; name NVIDIA's k8s-device-plugin image (or your "
                     "registry's copy) in group_data"
                 )
-            elif not isinstance(image, str) or not IMAGE_RE.match(image):
-                errors.append(f"{where}: k3s_nvidia_device_plugin_image: {image!r} is not "
-                              "an image reference")
     return errors
-
-
-def _address_or_name(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        ipaddress.ip_address(value)
-        return True
-    except ValueError:
-        return bool(HOST_RE.match(value))
-
-
-def _check_config(where: str, key: str, config: Any) -> list[str]:
-    if not isinstance(config, Mapping):
-        return [f"{where}: {key}: must be a mapping of k3s settings (config.yaml keys)"]
-    errors = []
-    for name, value in config.items():
-        if not isinstance(name, str) or not CONFIG_KEY_RE.match(name):
-            errors.append(f"{where}: {key}: {name!r} is not a k3s setting name "
-                          "(lowercase letters, digits and '-', as in 'disable')")
-        elif name in COMPUTED_KEYS:
-            errors.append(
-                f"{where}: {key}.{name}: aicluster sets {name} itself (from "
-                f"{COMPUTED_KEYS[name]}); remove it here"
-            )
-        elif not _config_value(value):
-            errors.append(f"{where}: {key}.{name}: {value!r} is not a string, number, "
-                          "boolean or list of strings")
-        elif name == BIND_KEY and value is not None and not _ip_address(value):
-            errors.append(f"{where}: {key}.{name}: {value!r} is not an IP address (k3s "
-                          "listens on one address, or on every address with 0.0.0.0 or ::)")
-    return errors
-
-
-def _ip_address(value: Any) -> bool:
-    try:
-        ipaddress.ip_address(str(value))
-        return True
-    except ValueError:
-        return False
-
-
-def _config_value(value: Any) -> bool:
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return True
-    return isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value)
 
 
 # ---------------------------------------------------------------------------

@@ -20,32 +20,20 @@ from aicluster.common.disks import cache_devices, check_devices, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
 from aicluster.common.networks import host_address, pick_network
-from aicluster.common.settings import config_text, layered, merge_config, unknown_keys
+from aicluster.common.settings import config_text, layered, merge_config
 from aicluster.components.minio.probe import ALIAS, MC
 from aicluster.components.minio.probe import command_text as state_command_text
 from aicluster.components.minio.probe import parse as state_parse
-from aicluster.inventory import DEVICE_RE, NETWORK_NAMES, Cluster
+from aicluster.inventory import Cluster
 from aicluster.secrets import SecretError, read_secret
 from aicluster.secrets import secret_ref as _secret_ref
 
 ENV_FILE = "/etc/default/minio"
 UNIT = "/etc/systemd/system/minio.service"
 FSTAB = "/etc/fstab"
-PATH_RE = re.compile(r"^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 SYSTEM_DIRS = ("/", "/boot", "/etc", "/home", "/usr", "/var", "/tmp", "/root", "/opt",
                "/mnt", "/srv", "/var/lib", "/dev", "/proc", "/sys", "/run")
-USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-ROOT_USER_RE = re.compile(r"^[A-Za-z0-9._~-]{3,64}$")
 PASSWORD_RE = re.compile(r"^[A-Za-z0-9._~-]{8,40}$")
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-ENV_RE = re.compile(r"^MINIO_[A-Z0-9_]+$")
-OPTION_RE = re.compile(r"^[A-Za-z0-9_.=:+-]+$")
-LABEL_RE = re.compile(r"^[A-Za-z0-9_-]{1,12}$")
-POLICIES = ("none", "download", "upload", "public")
-#: Keys of the environment file computed here: minio_config may not set them.
-COMPUTED_ENV = ("MINIO_VOLUMES", "MINIO_OPTS", "MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD",
-                "MINIO_ROOT_USER_FILE", "MINIO_ROOT_PASSWORD_FILE", "MINIO_ACCESS_KEY",
-                "MINIO_SECRET_KEY")
 #: Settings every MinIO host must share (the servers form one cluster).
 SHARED = ("minio_version", "minio_network", "minio_port", "minio_console_port",
           "minio_root_user", "minio_root_keys_name", "minio_root_keys_bytes",
@@ -95,16 +83,12 @@ def drives(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     A device without a path is mounted at ``minio_mount_prefix<N>`` (N: its position,
     from 1); no drives at all means the one directory ``minio_data_dir``."""
     v = layered("minio", data)
-    entries = v["minio_drives"] or []
-    if not isinstance(entries, list) or not entries:
+    entries = v["minio_drives"]
+    if not entries:
         return [{"kind": "directory", "device": "", "wipe": False,
                  "path": str(v["minio_data_dir"]).rstrip("/")}]
     out = []
     for i, e in enumerate(entries, start=1):
-        if isinstance(e, str):
-            e = {"device": e} if e.startswith("/dev/") else {"path": e}
-        if not isinstance(e, Mapping):
-            continue
         if e.get("device"):
             path = e.get("path") or f"{v['minio_mount_prefix']}{i}"
             out.append({"kind": "device", "device": str(e["device"]),
@@ -120,7 +104,7 @@ def pools(cluster: Cluster) -> list[list[str]]:
     by_pool: dict[int, list[str]] = {}
     for name in minio_hosts(cluster):
         number = layered("minio", cluster.hosts[name].data)["minio_pool"]
-        by_pool.setdefault(number if isinstance(number, int) else 0, []).append(name)
+        by_pool.setdefault(number, []).append(name)
     return [by_pool[k] for k in sorted(by_pool)]
 
 
@@ -258,11 +242,9 @@ def tls_enabled(v: Mapping[str, Any]) -> bool:
 
 def bucket_list(v: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
-    for b in v["minio_buckets"] or []:
-        if isinstance(b, Mapping) and "name" in b:
-            versioning = b.get("versioning")
-            out.append({"name": str(b["name"]), "policy": str(b.get("policy") or "none"),
-                        "versioning": versioning if isinstance(versioning, bool) else None})
+    for b in v["minio_buckets"]:
+        out.append({"name": b["name"], "policy": b.get("policy") or "none",
+                    "versioning": b.get("versioning")})
     return out
 
 
@@ -422,12 +404,10 @@ class SecretText(StringIO):
 # ---------------------------------------------------------------------------
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def validate(cluster: Cluster) -> list[str]:
-    """minio's own checks of the inventory (host and field named)."""
+    """minio's checks of the inventory that need more than one value (the settings
+    model, aicluster.components.minio.model, has checked each value): host and field
+    named."""
     errors: list[str] = artifacts.validate(cluster, "minio")  # its release pins
     names = minio_hosts(cluster)
     for name, h in cluster.hosts.items():
@@ -447,7 +427,7 @@ def validate(cluster: Cluster) -> list[str]:
                               f"host {first!r}; every MinIO host shares it (set it in "
                               "group_data)")
     network = c["minio_network"]
-    if network and (network not in NETWORK_NAMES or network not in cluster.spec.networks):
+    if network and network not in cluster.spec.networks:
         errors.append(f"{where_c}: minio_network: {network!r} is not a network of this "
                       f"inventory; declared: {', '.join(cluster.spec.networks)}")
         return errors
@@ -456,31 +436,13 @@ def validate(cluster: Cluster) -> list[str]:
         if not host_address(cluster, name, chosen):
             errors.append(f"host {name!r}: minio_network: has no address on the {chosen} "
                           "network (hardware.nics, network_bonds or network_vlans)")
-    ports = []
-    for key in ("minio_port", "minio_console_port"):
-        if not _is_int(c[key]) or not 1 <= c[key] <= 65535:
-            errors.append(f"{where_c}: {key}: {c[key]!r} is not a port (1-65535)")
-        else:
-            ports.append(c[key])
-    if len(ports) == 2 and ports[0] == ports[1]:
-        errors.append(f"{where_c}: minio_console_port: {ports[1]} is minio_port too; the "
-                      "console needs a port of its own")
-    if not isinstance(c["minio_root_user"], str) or not ROOT_USER_RE.match(c["minio_root_user"]):
-        errors.append(f"{where_c}: minio_root_user: {c['minio_root_user']!r} is not a root user "
-                      "name (3-64 letters, digits, '.', '_', '~', '-')")
-    if not isinstance(c["minio_root_keys_name"], str) or not c["minio_root_keys_name"]:
-        errors.append(f"{where_c}: minio_root_keys_name: must name an entry of secrets")
-    if not _is_int(c["minio_root_keys_bytes"]) or not 32 <= c["minio_root_keys_bytes"] <= 4096:
-        errors.append(f"{where_c}: minio_root_keys_bytes: {c['minio_root_keys_bytes']!r} is not "
-                      "a size in bytes (32-4096)")
-    if not _is_int(c["minio_health_timeout"]) or c["minio_health_timeout"] < 10:
-        errors.append(f"{where_c}: minio_health_timeout: {c['minio_health_timeout']!r} is not "
-                      "a number of seconds (at least 10)")
-    errors += _check_config(where_c, c)
+    if c["minio_console_port"] == c["minio_port"]:
+        errors.append(f"{where_c}: minio_console_port: {c['minio_port']} is minio_port too; "
+                      "the console needs a port of its own")
     errors += _check_buckets(where_c, c["minio_buckets"])
     tls_hosts = [n for n in names if tls_enabled(layered("minio", cluster.hosts[n].data))]
     for name in names:
-        errors += _check_host(cluster, name, ports)
+        errors += _check_host(cluster, name)
         if tls_hosts and name not in tls_hosts:
             errors.append(f"host {name!r}: minio_tls_cert_file: not set, but host "
                           f"{tls_hosts[0]!r} serves TLS; every MinIO host does, or none")
@@ -491,79 +453,21 @@ def validate(cluster: Cluster) -> list[str]:
     return errors
 
 
-def _check_config(where: str, c: Mapping[str, Any]) -> list[str]:
-    errors = []
-    for key in ("minio_default_config", "minio_config"):
-        value = c[key]
-        if value is None:
-            continue
-        if not isinstance(value, Mapping):
-            errors.append(f"{where}: {key}: must map MINIO_* variables to values")
-            continue
-        for name, val in value.items():
-            if not ENV_RE.match(str(name)):
-                errors.append(f"{where}: {key}.{name}: not a MinIO environment variable "
-                              "(MINIO_...)")
-            elif name in COMPUTED_ENV:
-                errors.append(f"{where}: {key}.{name}: is computed from the inventory (drives, "
-                              "addresses, the root secret); set it through the minio_* settings")
-            elif val is not None and (isinstance(val, (dict, list)) or any(
-                    ch in str(val) for ch in '"\\$`\n')):
-                errors.append(f"{where}: {key}.{name}: must be one value without quotes, "
-                              "backslashes, '$' or backticks")
-    return errors
-
-
-def _check_buckets(where: str, entries: Any) -> list[str]:
-    if not isinstance(entries, list):
-        return [f"{where}: minio_buckets: must be a list of buckets"]
+def _check_buckets(where: str, entries: list[Mapping[str, Any]]) -> list[str]:
     errors: list[str] = []
     seen: list[str] = []
     for i, b in enumerate(entries):
-        at = f"{where}: minio_buckets[{i}]"
-        if not isinstance(b, Mapping) or "name" not in b:
-            errors.append(f"{at}: must be a mapping with at least a name")
-            continue
-        errors += unknown_keys(at, b, {"name", "policy", "versioning"})
-        name = str(b["name"])
-        if not BUCKET_RE.match(name) or ".." in name or re.match(r"^\d+\.\d+\.\d+\.\d+$", name):
-            errors.append(f"{at}.name: {name!r} is not a bucket name (3-63 lowercase letters, "
-                          "digits, '.', '-')")
-        elif name in seen:
-            errors.append(f"{at}.name: {name} is listed twice")
-        seen.append(name)
-        if b.get("policy") is not None and b["policy"] not in POLICIES:
-            errors.append(f"{at}.policy: {b['policy']!r} is not one of {', '.join(POLICIES)}")
-        if "versioning" in b and not isinstance(b["versioning"], bool):
-            errors.append(f"{at}.versioning: {b['versioning']!r} is not true or false")
+        if b["name"] in seen:
+            errors.append(f"{where}: minio_buckets[{i}].name: {b['name']} is listed twice")
+        seen.append(b["name"])
     return errors
 
 
-def _check_host(cluster: Cluster, name: str, ports: list[int]) -> list[str]:
+def _check_host(cluster: Cluster, name: str) -> list[str]:
     errors: list[str] = []
     h = cluster.hosts[name]
     where = f"host {name!r}"
     v = layered("minio", h.data)
-    if not _is_int(v["minio_pool"]) or v["minio_pool"] < 1:
-        errors.append(f"{where}: minio_pool: {v['minio_pool']!r} is not a server pool number "
-                      "(1, 2, ...)")
-    for key in ("minio_user", "minio_group"):
-        if not isinstance(v[key], str) or not USER_RE.match(v[key]):
-            errors.append(f"{where}: {key}: {v[key]!r} is not a user or group name")
-    for key in ("minio_binary", "minio_mc_binary", "minio_certs_dir", "minio_data_dir",
-                "minio_mount_prefix"):
-        if not isinstance(v[key], str) or not PATH_RE.match(v[key]) or ".." in v[key].split("/"):
-            errors.append(f"{where}: {key}: {v[key]!r} is not an absolute path (letters, "
-                          "digits, '_', '-', '.')")
-    if not isinstance(v["minio_fs_label"], str) or not LABEL_RE.match(v["minio_fs_label"]):
-        errors.append(f"{where}: minio_fs_label: {v['minio_fs_label']!r} is not an XFS label "
-                      "(1-12 letters, digits, '_', '-')")
-    options = v["minio_mount_options"]
-    if not isinstance(options, list) or not all(
-        isinstance(o, str) and OPTION_RE.match(o) for o in options
-    ):
-        errors.append(f"{where}: minio_mount_options: must be a list of mount options such "
-                      "as ['noatime']")
     errors += _check_drives(cluster, name, v)
     errors += _check_tls(where, v)
     public = layered("base", h.data).get("base_firewall_public_ports") or []
@@ -580,10 +484,6 @@ def _check_host(cluster: Cluster, name: str, ports: list[int]) -> list[str]:
 def _check_drives(cluster: Cluster, name: str, v: Mapping[str, Any]) -> list[str]:
     where = f"host {name!r}"
     entries = v["minio_drives"]
-    if entries is None:
-        entries = []
-    if not isinstance(entries, list):
-        return [f"{where}: minio_drives: must be a list of {{device, wipe}} or {{path}}"]
     errors: list[str] = []
     others: dict[str, str] = {}
     h = cluster.hosts[name]
@@ -596,35 +496,17 @@ def _check_drives(cluster: Cluster, name: str, v: Mapping[str, Any]) -> list[str
     seen_dev: list[str] = []
     seen_path: list[str] = []
     for i, e in enumerate(entries):
-        at = f"{where}: minio_drives[{i}]"
-        if not isinstance(e, Mapping) or not ({"device", "path"} & set(e)):
-            errors.append(f"{at}: must be {{device: /dev/disk/by-id/..., wipe: false}} or "
-                          "{path: /srv/minio}")
-            continue
-        errors += unknown_keys(at, e, {"device", "wipe", "path"})
-        if "device" in e:
+        if e.get("device"):
+            at = f"{where}: minio_drives[{i}].device"
             dev = str(e["device"])
-            parts = dev.split("/")[1:]
-            if not DEVICE_RE.match(dev) or any(p in ("", ".", "..") for p in parts):
-                errors.append(f"{at}.device: {dev!r} is not a block device path (use "
-                              "/dev/disk/by-id/...)")
-            elif dev in seen_dev:
-                errors.append(f"{at}.device: {dev} is listed twice")
+            if dev in seen_dev:
+                errors.append(f"{at}: {dev} is listed twice")
             elif dev in others:
-                errors.append(f"{at}.device: {dev} is also {others[dev]}; a device has one use")
+                errors.append(f"{at}: {dev} is also {others[dev]}; a device has one use")
             seen_dev.append(dev)
-            if "wipe" in e and not isinstance(e["wipe"], bool):
-                errors.append(f"{at}.wipe: {e['wipe']!r} is not true or false")
-        elif "wipe" in e:
-            errors.append(f"{at}.wipe: only a device is wiped; a directory drive is never "
-                          "emptied by aicluster")
     for i, d in enumerate(drives(h.data)):
         path = d["path"]
         at = f"{where}: minio_drives[{i}].path" if entries else f"{where}: minio_data_dir"
-        if not PATH_RE.match(path) or ".." in path.split("/"):
-            errors.append(f"{at}: {path!r} is not an absolute path (letters, digits, '_', "
-                          "'-', '.')")
-            continue
         if path in SYSTEM_DIRS:
             errors.append(f"{at}: {path!r} is a system directory")
             continue
@@ -648,12 +530,7 @@ def _check_tls(where: str, v: Mapping[str, Any]) -> list[str]:
         if not v[key]:
             errors.append(f"{where}: {key}: not set, but {given[0]} is; TLS needs the "
                           "certificate, its key and the CA that signed them")
-            continue
-        path = Path(str(v[key])).expanduser()
-        if not path.is_absolute():
-            errors.append(f"{where}: {key}: {v[key]!r} is not an absolute path (a file on "
-                          "the deploying machine)")
-        elif not path.is_file():
+        elif not Path(v[key]).expanduser().is_file():
             errors.append(f"{where}: {key}: {v[key]} does not exist on the deploying machine")
     return errors
 

@@ -4,7 +4,6 @@ its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansi
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import shlex
 import tarfile
@@ -17,7 +16,7 @@ from aicluster.common.disks import cache_environment
 from aicluster.common.networks import host_address, pick_network
 from aicluster.common.settings import layered
 from aicluster.components.ollama.probe import command_text
-from aicluster.inventory import NETWORK_NAMES, Cluster
+from aicluster.inventory import Cluster
 
 UNIT = "/etc/systemd/system/ollama.service"
 DROPIN_DIR = "/etc/systemd/system/ollama.service.d"
@@ -26,26 +25,9 @@ BIN_LINK = "/usr/local/bin/ollama"
 GATEWAY_CONF = "/etc/nginx/conf.d/ollama-gateway.conf"
 DEFAULT_REGISTRY = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
-PATH_RE = re.compile(r"^/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
-REL_PATH_RE = re.compile(r"^[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*$")
-NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: A Go duration ("5m", "1h30m", "-1s") or whole seconds ("300", "-1", "0").
-DURATION_RE = re.compile(r"^-?([0-9]+|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$")
 HOST_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?$")
 NAME_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,79}$")
-HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
-SIZE_RE = re.compile(r"^[0-9]+[kKmMgG]?$")
-#: Settings with a field of their own (ollama_config may not set them).
-OWN_FIELDS = {
-    "OLLAMA_HOST": "ollama_host / ollama_network / ollama_port",
-    "OLLAMA_MODELS": "ollama_models_dir",
-    "OLLAMA_KEEP_ALIVE": "ollama_keep_alive",
-    "OLLAMA_NUM_PARALLEL": "ollama_num_parallel",
-    "OLLAMA_MAX_LOADED_MODELS": "ollama_max_loaded_models",
-    "OLLAMA_MAX_QUEUE": "ollama_max_queue",
-}
 #: Ollama's own rule: this many models per GPU (or on a CPU node) when not set.
 MODELS_PER_GPU = 3
 
@@ -241,27 +223,10 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
 # ---------------------------------------------------------------------------
 
 
-def _is_int(value: Any, low: int, high: int | None = None) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool) and value >= low
-            and (high is None or value <= high))
-
-
-def _is_ip(value: Any) -> bool:
-    try:
-        ipaddress.ip_address(str(value))
-    except ValueError:
-        return False
-    return True
-
-
-def _env_value_ok(value: Any) -> bool:
-    if value is None or isinstance(value, (bool, int, float)):
-        return True
-    return isinstance(value, str) and not re.search(r'["\\\n\r%$]', value)
-
-
 def validate(cluster: Cluster) -> list[str]:
-    """ollama's own checks of the inventory (host and field named)."""
+    """ollama's checks of the inventory that need more than one value (the settings
+    model, aicluster.components.ollama.model, has checked each value): host and field
+    named."""
     errors: list[str] = artifacts.validate(cluster, "ollama")  # its release pins
     servers, gateways = ollama_hosts(cluster), gateway_hosts(cluster)
     names = _all_hosts(cluster)
@@ -279,71 +244,28 @@ def validate(cluster: Cluster) -> list[str]:
         h = cluster.hosts[name]
         v = layered("ollama", h.data)
         where = f"host {name!r}"
+        problems: list[str] = []
         for key in ("ollama_network", "ollama_version", "ollama_install_dir"):
             if name != first and v[key] != first_v[key]:
-                errors.append(
+                problems.append(
                     f"{where}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
                     f"{first!r}; it must be the same on every Ollama and gateway node (set it "
                     "in group_data)"
                 )
         chosen = v["ollama_network"]
-        if chosen and (chosen not in NETWORK_NAMES or chosen not in cluster.spec.networks):
-            errors.append(
+        if chosen and chosen not in cluster.spec.networks:
+            problems.append(
                 f"{where}: ollama_network: {chosen!r} is not a network of this inventory; "
                 f"declared: {', '.join(cluster.spec.networks)}"
             )
         elif not host_address(cluster, name, network):
-            errors.append(
+            problems.append(
                 f"{where}: ollama_network: the host has no address on the {network} network "
                 "(hardware.nics, network_bonds or network_vlans)"
             )
-        if not v["ollama_version"] or not isinstance(v["ollama_version"], str):
-            errors.append(f"{where}: ollama_version: not set; pin the Ollama release")
-        for key in ("ollama_install_dir", "ollama_home"):
-            if not isinstance(v[key], str) or not PATH_RE.match(v[key]):
-                errors.append(f"{where}: {key}: {v[key]!r} is not an absolute path of letters, "
-                              "digits, '_', '-', '.' and '/'")
-        if v["ollama_models_dir"] and (not isinstance(v["ollama_models_dir"], str)
-                                       or not PATH_RE.match(v["ollama_models_dir"])):
-            errors.append(f"{where}: ollama_models_dir: {v['ollama_models_dir']!r} is not an "
-                          "absolute path of letters, digits, '_', '-', '.' and '/'")
-        if not isinstance(v["ollama_user"], str) or not NAME_RE.match(v["ollama_user"]):
-            errors.append(f"{where}: ollama_user: {v['ollama_user']!r} is not a user name")
-        extra = v["ollama_extra_groups"]
-        if not isinstance(extra, list) or not all(
-            isinstance(g, str) and NAME_RE.match(g) for g in extra
-        ):
-            errors.append(f"{where}: ollama_extra_groups: must be a list of group names")
-        for key in ("ollama_host", "ollama_gateway_listen"):
-            if v[key] and not _is_ip(v[key]):
-                errors.append(f"{where}: {key}: {v[key]!r} is not an IP address")
-        for key in ("ollama_port", "ollama_gateway_port"):
-            if not _is_int(v[key], 1, 65535):
-                errors.append(f"{where}: {key}: {v[key]!r} is not a port (1-65535)")
-        keep = v["ollama_keep_alive"]
-        if isinstance(keep, bool) or not (
-            (isinstance(keep, int) and keep >= -1)
-            or (isinstance(keep, str) and DURATION_RE.match(keep))
-        ):
-            errors.append(
-                f"{where}: ollama_keep_alive: {keep!r} is not a duration (like '5m', '1h30m', "
-                "'-1' for ever, '0', or whole seconds)"
-            )
-        for key, low in (("ollama_num_parallel", 1), ("ollama_max_loaded_models", 0),
-                         ("ollama_max_queue", 1), ("ollama_pull_timeout", 1),
-                         ("ollama_start_timeout", 1), ("ollama_gateway_max_fails", 0),
-                         ("ollama_gateway_fail_timeout", 1),
-                         ("ollama_gateway_connect_timeout", 1),
-                         ("ollama_gateway_proxy_timeout", 1), ("ollama_gateway_keepalive", 1)):
-            if not _is_int(v[key], low):
-                errors.append(f"{where}: {key}: {v[key]!r} is not a whole number >= {low}")
-        size = v["ollama_gateway_client_max_body_size"]
-        if not isinstance(size, str) or not SIZE_RE.match(size):
-            errors.append(f"{where}: ollama_gateway_client_max_body_size: {size!r} is not an "
-                          "nginx size (like '0' for no limit, '100m', '1g')")
-        errors += _check_config(where, v["ollama_config"])
-        errors += _check_models(cluster, where, v)
-        if name in servers and name in gateways and not errors:
+        problems += _check_archive(cluster, where, v)
+        errors += problems
+        if name in servers and name in gateways and not problems:
             bind = _bind_address(cluster, name, network)
             listen = str(v["ollama_gateway_listen"] or host_address(cluster, name, network))
             if v["ollama_port"] == v["ollama_gateway_port"] and (
@@ -357,45 +279,18 @@ def validate(cluster: Cluster) -> list[str]:
     return errors
 
 
-def _check_config(where: str, config: Any) -> list[str]:
-    if not isinstance(config, Mapping):
-        return [f"{where}: ollama_config: must be a mapping of environment variable to value"]
-    errors = []
-    for key, value in config.items():
-        if not isinstance(key, str) or not ENV_RE.match(key):
-            errors.append(f"{where}: ollama_config: {key!r} is not an environment variable name")
-        elif key in OWN_FIELDS:
-            errors.append(f"{where}: ollama_config.{key}: set by {OWN_FIELDS[key]}; use that")
-        elif not _env_value_ok(value):
-            errors.append(f"{where}: ollama_config.{key}: {value!r} may hold no quote, "
-                          "backslash, '%', '$' or line break")
-    return errors
-
-
-def _check_models(cluster: Cluster, where: str, v: Mapping[str, Any]) -> list[str]:
-    errors = []
-    models = v["ollama_models"]
-    if not isinstance(models, list):
-        return [f"{where}: ollama_models: must be a list of model names such as 'llama3.2:3b'"]
-    for i, name in enumerate(models):
-        if parse_model(name) is None:
-            errors.append(f"{where}: ollama_models[{i}]: {name!r} is not an Ollama model name "
-                          "([registry/][namespace/]model[:tag], such as 'llama3.2:3b')")
+def _check_archive(cluster: Cluster, where: str, v: Mapping[str, Any]) -> list[str]:
     archive, digest = v["ollama_models_archive"], v["ollama_models_archive_sha256"]
-    if archive or digest:
-        if not archive:
-            errors.append(f"{where}: ollama_models_archive: not set, but "
-                          "ollama_models_archive_sha256 is; name the archive")
-        elif not isinstance(archive, str) or not REL_PATH_RE.match(archive) or ".." in \
-                archive.split("/"):
-            errors.append(f"{where}: ollama_models_archive: {archive!r} is not a path relative "
-                          "to artifacts_dir")
-        elif not getattr(cluster.spec, "artifacts_dir", None):
-            errors.append(f"{where}: ollama_models_archive: needs artifacts_dir, the directory "
-                          "on the deploying machine the archive is in")
-        if not isinstance(digest, str) or not HEX64_RE.match(digest):
-            errors.append(f"{where}: ollama_models_archive_sha256: {digest!r} is not a sha256 "
-                          "(64 lowercase hex digits)")
+    errors = []
+    if archive and not digest:
+        errors.append(f"{where}: ollama_models_archive_sha256: not set, but "
+                      "ollama_models_archive is; pin the archive's sha256")
+    if digest and not archive:
+        errors.append(f"{where}: ollama_models_archive: not set, but "
+                      "ollama_models_archive_sha256 is; name the archive")
+    elif archive and not getattr(cluster.spec, "artifacts_dir", None):
+        errors.append(f"{where}: ollama_models_archive: needs artifacts_dir, the directory "
+                      "on the deploying machine the archive is in")
     return errors
 
 

@@ -4,9 +4,7 @@ its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansi
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import re
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -15,17 +13,12 @@ from aicluster.common.disks import cache_environment
 from aicluster.common.networks import host_address, pick_network
 from aicluster.common.settings import layered, setting
 from aicluster.components.ray.probe import command_text
-from aicluster.inventory import NETWORK_NAMES, Cluster
+from aicluster.inventory import Cluster
 
 UNIT_DIR = "/etc/systemd/system"
 GIB = 1024**3
 #: Ray's own floor for the object store (75 MiB).
 MIN_OBJECT_STORE = 75 * 1024**2
-RESOURCE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
-#: Resources Ray sets itself from --num-cpus, --num-gpus, --memory ...
-RESERVED_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
-PATH_RE = re.compile(r"^/[A-Za-z0-9_./-]+$")
-EXTRA_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
 # ---------------------------------------------------------------------------
@@ -134,7 +127,8 @@ def _requirement(v: Mapping[str, Any]) -> str:
 
 
 def validate(cluster: Cluster) -> list[str]:
-    """ray's own checks of the inventory (host and field named)."""
+    """ray's checks of the inventory that need more than one value (the settings model,
+    aicluster.components.ray.model, has checked each value): host and field named."""
     errors: list[str] = []
     nodes = ray_hosts(cluster)
     if not nodes:
@@ -144,13 +138,6 @@ def validate(cluster: Cluster) -> list[str]:
     for name in nodes:
         v = layered("ray", cluster.hosts[name].data)
         where = f"host {name!r}"
-        temp = v["ray_temp_dir"]
-        if temp and (not isinstance(temp, str) or not temp.startswith("/")
-                     or any(c.isspace() for c in temp)):
-            errors.append(
-                f"{where}: ray_temp_dir: {temp!r} is not an absolute path without spaces "
-                "(Ray's temporary directory, the same on every Ray node)"
-            )
         version = v["ray_version"]
         if not version:
             errors.append(
@@ -170,7 +157,7 @@ def validate(cluster: Cluster) -> list[str]:
                 )
         network = v["ray_network"]
         if network:
-            if network not in NETWORK_NAMES or network not in cluster.spec.networks:
+            if network not in cluster.spec.networks:
                 errors.append(
                     f"{where}: ray_network: {network!r} is not a network of this inventory; "
                     f"declared: {', '.join(cluster.spec.networks)}"
@@ -179,55 +166,12 @@ def validate(cluster: Cluster) -> list[str]:
                 errors.append(
                     f"{where}: ray_network: the host has no address on the {network} network"
                 )
-        if not PATH_RE.match(str(v["ray_install_dir"])):
-            errors.append(f"{where}: ray_install_dir: {v['ray_install_dir']!r} is not an "
-                          "absolute path of letters, digits, '_', '-', '.' and '/'")
-        for key in ("ray_port", "ray_dashboard_port"):
-            if not isinstance(v[key], int) or not 1 <= v[key] <= 65535:
-                errors.append(f"{where}: {key}: {v[key]!r} is not a port (1-65535)")
-        dash = v["ray_dashboard_host"]
-        if dash:
-            try:
-                ipaddress.ip_address(dash)
-            except ValueError:
-                errors.append(f"{where}: ray_dashboard_host: {dash!r} is not an IP address")
-        fractions = []
-        for key in ("ray_memory_fraction", "ray_object_store_fraction"):
-            value = v[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                0 < value < 1
-            ):
-                errors.append(f"{where}: {key}: {value!r} is not a fraction between 0 and 1")
-            else:
-                fractions.append(value)
-        if len(fractions) == 2 and sum(fractions) > 0.95:
+        share = v["ray_memory_fraction"] + v["ray_object_store_fraction"]
+        if share > 0.95:
             errors.append(
                 f"{where}: ray_memory_fraction: with ray_object_store_fraction it gives Ray "
-                f"{sum(fractions):.2f} of the node's memory; leave at least 0.05 to the system"
+                f"{share:.2f} of the node's memory; leave at least 0.05 to the system"
             )
-        extras = v["ray_pip_extras"] or []
-        if not isinstance(extras, list) or not all(
-            isinstance(e, str) and EXTRA_RE.match(e) for e in extras
-        ):
-            errors.append(f"{where}: ray_pip_extras: must be a list of extra names "
-                          "such as ['default']")
-        errors += _check_resources(where, v["ray_resources"])
-    return errors
-
-
-def _check_resources(where: str, resources: Any) -> list[str]:
-    if not isinstance(resources, Mapping):
-        return [f"{where}: ray_resources: must be a mapping of resource name to amount"]
-    errors = []
-    for key, amount in resources.items():
-        if not isinstance(key, str) or not RESOURCE_RE.match(key):
-            errors.append(f"{where}: ray_resources: {key!r} is not a resource name "
-                          "(letters, digits, '_', '.', ':', '-')")
-        elif key in RESERVED_RESOURCES:
-            errors.append(f"{where}: ray_resources.{key}: Ray sets {key} itself from the "
-                          "inventory's hardware; name the custom resource otherwise")
-        elif isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
-            errors.append(f"{where}: ray_resources.{key}: {amount!r} is not an amount (>= 0)")
     return errors
 
 
