@@ -18,7 +18,7 @@ import re
 import pytest
 from pyinfra import host
 
-from aicluster.common.ops import current_cluster
+from aicluster.common.ops import Rollout, current_cluster
 from aicluster.common.settings import layered
 from aicluster.components.nvidia import deploy as nvidia
 from aicluster.components.nvidia import derive as nvidia_derive
@@ -318,14 +318,14 @@ def test_version_bump_drains_installs_reboots_verifies_resumes_in_order():
         op = p.op(node, name)
         text = op.text
         steps = [
-            text.index("FunctionCommand(_guard"),
+            text.index("FunctionCommand(_begin"),
             text.index(f"{nvidia_derive.DRIVER_SCRIPT} drain"),
             text.index(f"{nvidia_derive.DRIVER_SCRIPT} install --fabric-manager"),
             text.index("reboot ) </dev/null"),
             text.index("wait_and_reconnect"),
             text.index(f"{nvidia_derive.DRIVER_SCRIPT} verify"),
             text.index(f"{nvidia_derive.DRIVER_SCRIPT} resume"),
-            text.index("FunctionCommand(_finished"),
+            text.index("FunctionCommand(_end"),
         ]
         assert steps == sorted(steps), text
         # The new pin and installer are in place before the change starts.
@@ -648,8 +648,7 @@ class _FakeState:
 def batches(monkeypatch):
     """The driver change's record of started and finished hosts, empty, and undone after
     the test (it is keyed by id(state): a later test's state may get the same id)."""
-    monkeypatch.setattr(nvidia, "_STARTED", {})
-    monkeypatch.setattr(nvidia, "_DONE", {})
+    monkeypatch.setattr(nvidia, "_ROLLOUT", Rollout("nvidia"))
 
 
 def _steps(batch_size):
@@ -657,7 +656,7 @@ def _steps(batch_size):
     commands = list(nvidia.driver_change._inner(install_args="'nvidia-open-570'", drain=True,
                                                 batch_size=batch_size))
     functions = {c.function.__name__: c.function for c in commands if hasattr(c, "function")}
-    return functions["_guard"], functions["_finished"]
+    return functions["_begin"], functions["_end"]
 
 
 @pytest.mark.parametrize("batch_size", [1, 2])

@@ -5,11 +5,12 @@ the running inventory, and a host stopped before any operation runs on it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from io import StringIO
 from typing import Any
 
 from pyinfra import host, logger
+from pyinfra.api import FunctionCommand
 from pyinfra.context import ctx_state
 from pyinfra.facts.files import Sha1File
 from pyinfra.facts.server import LinuxDistribution
@@ -235,3 +236,40 @@ def write_config(
             commands=[confirm],
         )
 
+
+
+class Rollout:
+    """A batched rollout's record, per pyinfra state: the nodes that began their turn
+    (drain -> change -> verify -> resume) and those that ended it well, so that no node
+    starts after an earlier node failed (its batch, or the nodes before it in order)."""
+
+    def __init__(self, component: str):
+        self.component = component
+        self.started: dict[int, set[str]] = {}
+        self.done: dict[int, set[str]] = {}
+
+    def begin(self, earlier: Callable[[Any, Any], set[str]], refusal: str) -> FunctionCommand:
+        """The command that starts a node's turn, or fails the node with ``refusal``
+        (``{failed}`` in it names the nodes) when a node of ``earlier(state, host)``
+        began and did not end well."""
+
+        def _begin(state, host):
+            failed = sorted((self.started.get(id(state), set()) & earlier(state, host))
+                            - self.done.get(id(state), set()))
+            if failed:
+                host.log_styled(f"{self.component}: " + refusal.format(failed=", ".join(failed)),
+                                fg="red", log_func=logger.error)
+                return False
+            self.started.setdefault(id(state), set()).add(host.name)
+            return True
+
+        return FunctionCommand(_begin, (), {})
+
+    def end(self) -> FunctionCommand:
+        """The command that records a node's turn as ended well."""
+
+        def _end(state, host):
+            self.done.setdefault(id(state), set()).add(host.name)
+            return True
+
+        return FunctionCommand(_end, (), {})

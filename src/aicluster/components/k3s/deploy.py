@@ -31,7 +31,7 @@ from __future__ import annotations
 from io import StringIO
 from typing import Any
 
-from pyinfra import host, logger
+from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, systemd
@@ -39,6 +39,7 @@ from pyinfra.operations.util import any_changed
 
 from aicluster import artifacts
 from aicluster.common.ops import (
+    Rollout,
     current_cluster,
     install_packages,
     put_template,
@@ -47,8 +48,6 @@ from aicluster.common.ops import (
 )
 from aicluster.common.settings import os_family, template_vars
 from aicluster.components.k3s.derive import (
-    _DONE,
-    _STARTED,
     CONFIG_DIR,
     CONFIG_FILE,
     IMAGES_DIR,
@@ -67,6 +66,9 @@ from aicluster.components.k3s.probe import TOKEN_FILE
 from aicluster.render import defaults
 from aicluster.secrets import SecretError
 
+#: Which nodes began their turn in this run's k3s rollout, and which ended it well.
+_ROLLOUT = Rollout("k3s")
+
 
 @operation(is_idempotent=False)
 def rollout(step: str, admin: str = "", drain: str = "", uncordon: str = "",
@@ -76,31 +78,17 @@ def rollout(step: str, admin: str = "", drain: str = "", uncordon: str = "",
     ``_serial=True`` it goes one node at a time, and no node starts after a node
     earlier in ``order`` failed."""
 
-    def _guard(state, host):
-        earlier = set(order[: order.index(host.name)]) if host.name in order else set()
-        failed = sorted((_STARTED.get(id(state), set()) & earlier)
-                        - _DONE.get(id(state), set()))
-        if failed:
-            host.log_styled(
-                f"k3s: not touching this node: {', '.join(failed)} failed earlier in the "
-                "rollout (see above)", fg="red", log_func=logger.error)
-            return False
-        _STARTED.setdefault(id(state), set()).add(host.name)
-        return True
-
-    def _finished(state, host):
-        _DONE.setdefault(id(state), set()).add(host.name)
-        return True
-
     if not step:
         return
-    yield FunctionCommand(_guard, (), {})
+    yield _ROLLOUT.begin(
+        lambda state, host: set(order[: order.index(host.name)]) if host.name in order else set(),
+        "not touching this node: {failed} failed earlier in the rollout (see above)")
     if drain:
         yield FunctionCommand(run_on_other_host, (admin, drain), {})
     yield StringCommand(TOOL, step)
     if uncordon:
         yield FunctionCommand(run_on_other_host, (admin, uncordon), {})
-    yield FunctionCommand(_finished, (), {})
+    yield _ROLLOUT.end()
 
 
 @deploy("k3s", data_defaults=defaults("k3s"))

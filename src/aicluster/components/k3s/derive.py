@@ -287,9 +287,6 @@ def decide(v: Mapping[str, Any], node: Mapping[str, Any], digest: str) -> dict[s
 # The pyinfra deploy
 # ---------------------------------------------------------------------------
 
-#: Per pyinfra state: hosts whose rollout began, and those where it ended well.
-_STARTED: dict[int, set[str]] = {}
-_DONE: dict[int, set[str]] = {}
 
 
 

@@ -25,7 +25,13 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.facts.server import Arch, LinuxDistribution
 from pyinfra.operations import apt, files, server, systemd
 
-from aicluster.common.ops import current_cluster, install_packages, put_template, run_on_other_host
+from aicluster.common.ops import (
+    Rollout,
+    current_cluster,
+    install_packages,
+    put_template,
+    run_on_other_host,
+)
 from aicluster.common.settings import (
     NETWORK_ARGS,
     NETWORK_TIMEOUT,
@@ -33,8 +39,6 @@ from aicluster.common.settings import (
     template_vars,
 )
 from aicluster.components.nvidia.derive import (
-    _DONE,
-    _STARTED,
     APT_PIN,
     DRIVER_SCRIPT,
     PEERMEM_CONF,
@@ -65,6 +69,10 @@ def stop(message: str):
     yield FunctionCommand(_stop, (message,), {})
 
 
+#: Which nodes began their driver change in this run, and which ended it well.
+_ROLLOUT = Rollout("nvidia")
+
+
 @operation(is_idempotent=False)
 def driver_change(
     install_args: str,
@@ -79,30 +87,15 @@ def driver_change(
     run with ``_parallel=batch_size`` it goes one batch of nodes at a time, and a batch
     does not start after a node of an earlier one failed."""
 
-    def _guard(state, host):
+    def _earlier(state, host):
         # pyinfra's batches: the active hosts, in order, batch_size at a time (the same
         # list for the whole operation: failed hosts drop out only after it).
         hosts = [h.name for h in state.inventory.get_active_hosts()]
         mine = hosts.index(host.name) if host.name in hosts else 0
-        earlier = set(hosts[: mine - mine % batch_size]) if batch_size else set()
-        started = _STARTED.get(id(state), set()) & earlier
-        failed = sorted(started - _DONE.get(id(state), set()))
-        if failed:
-            host.log_styled(
-                f"nvidia: not changing the driver here: {', '.join(failed)} failed in an "
-                "earlier batch (see above); nothing was drained here",
-                fg="red",
-                log_func=logger.error,
-            )
-            return False
-        _STARTED.setdefault(id(state), set()).add(host.name)
-        return True
+        return set(hosts[: mine - mine % batch_size]) if batch_size else set()
 
-    def _finished(state, host):
-        _DONE.setdefault(id(state), set()).add(host.name)
-        return True
-
-    yield FunctionCommand(_guard, (), {})
+    yield _ROLLOUT.begin(_earlier, "not changing the driver here: {failed} failed in an "
+                         "earlier batch (see above); nothing was drained here")
     if drain:
         yield StringCommand(DRIVER_SCRIPT, "drain")
         if k3s_server:
@@ -114,7 +107,7 @@ def driver_change(
         yield StringCommand(DRIVER_SCRIPT, "resume")
         if k3s_server:
             yield FunctionCommand(run_on_other_host, (k3s_server, k3s_uncordon), {})
-    yield FunctionCommand(_finished, (), {})
+    yield _ROLLOUT.end()
 
 
 @deploy("nvidia", data_defaults=defaults("nvidia"))

@@ -327,7 +327,4 @@ def repo_location(distribution: Mapping[str, Any] | None, arch: str | None) -> l
 # The pyinfra deploy
 # ---------------------------------------------------------------------------
 
-#: Per pyinfra state: hosts whose driver change began, and those where it ended well.
-_STARTED: dict[int, set[str]] = {}
-_DONE: dict[int, set[str]] = {}
 
