@@ -27,3 +27,17 @@ def pick_network(cluster: Cluster, chosen: str | None, hosts: Iterable[str],
         ):
             return network
     return "management"
+
+
+def network_errors(cluster: Cluster, name: str, key: str, network: str,
+                   hint: str = "(hardware.nics, network_bonds or network_vlans)") -> list[str]:
+    """The network a component runs on, checked for one host: one the inventory
+    declares, on which the host has an address."""
+    where = f"host {name!r}"
+    if network not in cluster.spec.networks:
+        return [f"{where}: {key}: {network!r} is not a network of this inventory; "
+                f"declared: {', '.join(cluster.spec.networks)}"]
+    if not host_address(cluster, name, network):
+        return [f"{where}: {key}: the host has no address on the {network} network"
+                + (f" {hint}" if hint else "")]
+    return []

@@ -100,3 +100,20 @@ def config_text(value: Any, true: str = "yes", false: str = "no") -> str:
     if isinstance(value, bool):
         return true if value else false
     return str(value)
+
+
+def differs_from_first(component: str, cluster: Cluster, names: list[str],
+                       keys: Iterable[str], nodes: str) -> list[str]:
+    """Settings every host of a component shares: one line for each later host and key
+    whose value differs from the first host's (``nodes`` names the hosts, "Ray node")."""
+    if not names:
+        return []
+    first = names[0]
+    first_v = layered(component, cluster.hosts[first].data)
+    out = []
+    for name in names[1:]:
+        v = layered(component, cluster.hosts[name].data)
+        out += [f"host {name!r}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
+                f"{first!r}; it must be the same on every {nodes} (set it in group_data)"
+                for key in keys if v[key] != first_v[key]]
+    return out

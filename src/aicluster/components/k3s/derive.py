@@ -12,9 +12,9 @@ from typing import Any
 
 from aicluster import artifacts
 from aicluster.common.netconf import interfaces
-from aicluster.common.networks import host_address, pick_network
+from aicluster.common.networks import host_address, network_errors, pick_network
 from aicluster.common.rollout import drain_command, uncordon_command
-from aicluster.common.settings import layered, merge_config
+from aicluster.common.settings import differs_from_first, layered, merge_config
 from aicluster.components.k3s.model import BIND_KEY
 from aicluster.components.k3s.probe import BINARY, TOKEN_FILE, command_text
 from aicluster.inventory import Cluster
@@ -154,32 +154,16 @@ def validate(cluster: Cluster) -> list[str]:
             "majority, so two servers fail when either does: give 1 server (SQLite) or "
             "3 or more (embedded etcd)"
         )
-    first = nodes[0]
-    first_v = layered("k3s", cluster.hosts[first].data)
+    errors += differs_from_first("k3s", cluster, nodes, CLUSTER_KEYS, "k3s node")
     gpu_nodes = set(cluster.group("gpu_nodes"))
     for name in nodes:
         data = cluster.hosts[name].data
         v = layered("k3s", data)
         where = f"host {name!r}"
-        for key in CLUSTER_KEYS:
-            if name != first and v[key] != first_v[key]:
-                errors.append(
-                    f"{where}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
-                    f"{first!r}; it must be the same on every k3s node (set it in group_data)"
-                )
-        network = v["k3s_network"]
-        if network:
-            if network not in cluster.spec.networks:
-                errors.append(
-                    f"{where}: k3s_network: {network!r} is not a network of this inventory; "
-                    f"declared: {', '.join(cluster.spec.networks)}"
-                )
-            elif not host_address(cluster, name, network):
-                errors.append(
-                    f"{where}: k3s_network: the host has no address on the {network} "
-                    "network (node-ip); give it one in hardware.nics, or choose another "
-                    "k3s_network"
-                )
+        if v["k3s_network"]:
+            errors += network_errors(
+                cluster, name, "k3s_network", v["k3s_network"],
+                "(node-ip); give it one in hardware.nics, or choose another k3s_network")
         if has_gpus(cluster, name):
             if name not in gpu_nodes:
                 errors.append(

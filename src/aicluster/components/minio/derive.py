@@ -19,8 +19,8 @@ from aicluster import artifacts
 from aicluster.common.disks import cache_devices, check_devices, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
-from aicluster.common.networks import host_address, pick_network
-from aicluster.common.settings import config_text, layered, merge_config
+from aicluster.common.networks import host_address, network_errors, pick_network
+from aicluster.common.settings import config_text, differs_from_first, layered, merge_config
 from aicluster.components.minio.probe import ALIAS, MC
 from aicluster.components.minio.probe import command_text as state_command_text
 from aicluster.components.minio.probe import parse as state_parse
@@ -419,13 +419,7 @@ def validate(cluster: Cluster) -> list[str]:
     first = names[0]
     c = cluster_data(cluster, {})
     where_c = f"host {first!r}"
-    for name in names[1:]:
-        v = layered("minio", cluster.hosts[name].data)
-        for key in SHARED:
-            if v[key] != c[key]:
-                errors.append(f"host {name!r}: {key}: {v[key]!r} differs from {c[key]!r} on "
-                              f"host {first!r}; every MinIO host shares it (set it in "
-                              "group_data)")
+    errors += differs_from_first("minio", cluster, names, SHARED, "MinIO host")
     network = c["minio_network"]
     if network and network not in cluster.spec.networks:
         errors.append(f"{where_c}: minio_network: {network!r} is not a network of this "
@@ -433,9 +427,7 @@ def validate(cluster: Cluster) -> list[str]:
         return errors
     chosen = minio_network(cluster, {})
     for name in names:
-        if not host_address(cluster, name, chosen):
-            errors.append(f"host {name!r}: minio_network: has no address on the {chosen} "
-                          "network (hardware.nics, network_bonds or network_vlans)")
+        errors += network_errors(cluster, name, "minio_network", chosen)
     if c["minio_console_port"] == c["minio_port"]:
         errors.append(f"{where_c}: minio_console_port: {c['minio_port']} is minio_port too; "
                       "the console needs a port of its own")

@@ -13,8 +13,8 @@ from typing import Any
 
 from aicluster import artifacts
 from aicluster.common.disks import cache_environment
-from aicluster.common.networks import host_address, pick_network
-from aicluster.common.settings import layered
+from aicluster.common.networks import host_address, network_errors, pick_network
+from aicluster.common.settings import differs_from_first, layered
 from aicluster.components.ollama.probe import command_text
 from aicluster.inventory import Cluster
 
@@ -237,32 +237,16 @@ def validate(cluster: Cluster) -> list[str]:
         )
     if not names:
         return errors
-    first = names[0]
-    first_v = layered("ollama", cluster.hosts[first].data)
-    network = ollama_network(cluster, cluster.hosts[first].data)
+    errors += differs_from_first(
+        "ollama", cluster, names, ("ollama_network", "ollama_version", "ollama_install_dir"),
+        "Ollama and gateway node")
+    network = ollama_network(cluster, cluster.hosts[names[0]].data)
     for name in names:
         h = cluster.hosts[name]
         v = layered("ollama", h.data)
         where = f"host {name!r}"
         problems: list[str] = []
-        for key in ("ollama_network", "ollama_version", "ollama_install_dir"):
-            if name != first and v[key] != first_v[key]:
-                problems.append(
-                    f"{where}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
-                    f"{first!r}; it must be the same on every Ollama and gateway node (set it "
-                    "in group_data)"
-                )
-        chosen = v["ollama_network"]
-        if chosen and chosen not in cluster.spec.networks:
-            problems.append(
-                f"{where}: ollama_network: {chosen!r} is not a network of this inventory; "
-                f"declared: {', '.join(cluster.spec.networks)}"
-            )
-        elif not host_address(cluster, name, network):
-            problems.append(
-                f"{where}: ollama_network: the host has no address on the {network} network "
-                "(hardware.nics, network_bonds or network_vlans)"
-            )
+        problems += network_errors(cluster, name, "ollama_network", v["ollama_network"] or network)
         problems += _check_archive(cluster, where, v)
         errors += problems
         if name in servers and name in gateways and not problems:

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from aicluster.common.disks import cache_environment
-from aicluster.common.networks import host_address, pick_network
-from aicluster.common.settings import layered, setting
+from aicluster.common.networks import host_address, network_errors, pick_network
+from aicluster.common.settings import differs_from_first, layered, setting
 from aicluster.components.ray.probe import command_text
 from aicluster.inventory import Cluster
 
@@ -135,6 +135,9 @@ def validate(cluster: Cluster) -> list[str]:
         return errors
     first = nodes[0]
     first_v = layered("ray", cluster.hosts[first].data)
+    errors += differs_from_first("ray", cluster, nodes,
+                                 ("ray_network", "ray_port", "ray_install_dir", "ray_python"),
+                                 "Ray node")
     for name in nodes:
         v = layered("ray", cluster.hosts[name].data)
         where = f"host {name!r}"
@@ -149,23 +152,8 @@ def validate(cluster: Cluster) -> list[str]:
                 f"{where}: ray_version: {version!r} differs from {first_v['ray_version']!r} "
                 f"on host {first!r}; every Ray node runs one version (set it in group_data)"
             )
-        for key in ("ray_network", "ray_port", "ray_install_dir", "ray_python"):
-            if name != first and v[key] != first_v[key]:
-                errors.append(
-                    f"{where}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
-                    f"{first!r}; it must be the same on every Ray node (set it in group_data)"
-                )
-        network = v["ray_network"]
-        if network:
-            if network not in cluster.spec.networks:
-                errors.append(
-                    f"{where}: ray_network: {network!r} is not a network of this inventory; "
-                    f"declared: {', '.join(cluster.spec.networks)}"
-                )
-            elif not host_address(cluster, name, network):
-                errors.append(
-                    f"{where}: ray_network: the host has no address on the {network} network"
-                )
+        if v["ray_network"]:
+            errors += network_errors(cluster, name, "ray_network", v["ray_network"], "")
         share = v["ray_memory_fraction"] + v["ray_object_store_fraction"]
         if share > 0.95:
             errors.append(
