@@ -11,6 +11,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
 
 from aicluster.common.facts import ContainerVirt, NftTable
 from aicluster.common.ops import (
@@ -28,7 +29,6 @@ from aicluster.components.base.derive import (
     SUDOERS_FILE,
     SYSCTL_FILE,
     SYSTEMD_LIMITS_FILE,
-    _any,
 )
 from aicluster.render import defaults
 
@@ -131,7 +131,7 @@ def _chrony(v: dict[str, Any], in_container: bool) -> None:
         name="Restart chrony (configuration changed)",
         service=service,
         restarted=True,
-        _if=_any(conf, dropin),
+        _if=any_changed(conf, dropin),
     )
     systemd.service(name="chrony running and enabled", service=service, running=True, enabled=True)
 

@@ -72,6 +72,3 @@ def validate(cluster: Cluster) -> list[str]:
     return errors
 
 
-def _any(*ops):
-    return lambda: any(op.did_change() for op in ops)
-

@@ -44,6 +44,7 @@ from pyinfra.api import deploy
 from pyinfra.context import ctx_inventory, ctx_state
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
 
 from aicluster import artifacts
 from aicluster.common.facts import BlockDevices
@@ -173,7 +174,7 @@ def deploy() -> None:
         restart = server.shell(name=restart_name, commands=[v["minio_restart_command"]])
     else:
         restart = server.shell(name=restart_name, commands=[v["minio_restart_command"]],
-                               _if=lambda: any(op.did_change() for op in changes))
+                               _if=any_changed(*changes))
     started = None
     if state.get("active") != "active" and not upgrade:
         started = server.shell(name="Start MinIO", commands=["systemctl start --no-block minio"])

@@ -28,6 +28,7 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.server import LinuxDistribution, Mounts
 from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
 
 from aicluster.common.ops import current_cluster, install_packages, put_template
 from aicluster.common.settings import os_family, template_vars
@@ -81,7 +82,7 @@ def deploy() -> None:
     # server's exports are in place before any client mounts them.
     systemd.daemon_reload(
         name="Reload systemd units (fstab changed)",
-        _if=lambda: any(op.did_change() for op in fstab),
+        _if=any_changed(*fstab),
     )
     if fstab:
         _client_mounts(v)
@@ -97,7 +98,7 @@ def _mask_rpc_pipefs(v: dict[str, Any]) -> None:
         ))
     systemd.daemon_reload(
         name="Reload systemd units (rpc_pipefs masked)",
-        _if=lambda: any(op.did_change() for op in changed),
+        _if=any_changed(*changed),
     )
 
 

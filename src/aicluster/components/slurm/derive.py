@@ -267,9 +267,6 @@ def validate(cluster: Cluster) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-def _any(*ops):
-    return lambda: any(op.did_change() for op in ops)
-
 
 def _render_conf(v: Mapping[str, Any]) -> str:
     from aicluster.render import render
