@@ -38,14 +38,16 @@ def env() -> dict[str, str]:
 
 
 def run(
-    args: list, timeout: int = 1200, check: bool = True, cwd: Path = ROOT
+    args: list, timeout: int = 1200, check: bool = True, cwd: Path = ROOT,
+    environ: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run a command (from the repository root), echoing its output into the test log."""
+    """Run a command (from the repository root, with :func:`env` unless ``environ`` is
+    given), echoing its output into the test log."""
     print("$", " ".join(map(str, args)), flush=True)
     proc = subprocess.run(
         [str(a) for a in args],
         cwd=cwd,
-        env=env(),
+        env=environ if environ is not None else env(),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -153,3 +153,27 @@ def test_rerun_on_a_pyinfra_lacking_a_private_name_steps_aside(testbed, tmp_path
     line = _stock_rerun(["env", f"PYTHONPATH={tmp_path}"])
     assert "stepped aside (pyinfra.api.facts has no _make_command)" in line, line
     print(f"re-run on a pyinfra without _make_command: 0 changes; {line}")
+
+
+def test_a_wheel_installed_outside_the_clone_deploys_the_testbed(testbed, tmp_path_factory):
+    """``pip wheel .``, installed into a fresh venv outside the clone: its deploy file and
+    its copy of the testbed inventory deploy the testbed (a re-run: no change, no error),
+    importing nothing from the clone."""
+    from tests.wheel import run as run_checked
+    from tests.wheel import wheel_venv
+
+    _converged()
+    venv, wheel_env, work = wheel_venv(tmp_path_factory.mktemp("wheel"))
+    aicluster = venv / "bin" / "aicluster"
+    deploy = run_checked(aicluster, "path", "deploy", cwd=work, env=wheel_env).strip()
+    inventories = run_checked(aicluster, "path", "inventories", cwd=work, env=wheel_env).strip()
+    assert Path(deploy).is_relative_to(venv) and Path(inventories).is_relative_to(venv)
+    shutil.copytree(inventories, work / "inventories")
+    # The testbed's state and cache directories, as the clone's inventory reads them.
+    wheel_env.update({k: v for k, v in env().items() if k.startswith("AICLUSTER_")})
+    proc = run([venv / "bin" / "python", "-m", "pyinfra", "-y", "inventories/testbed.py",
+                deploy], cwd=work, timeout=1500, check=False, environ=wheel_env)
+    result = pyinfra_results(_output(proc))
+    assert proc.returncode == 0 and result["errors"] == 0, result
+    assert result["changed"] == 0 and result["no_change"] > 0, result
+    print(f"the wheel's deploy on the testbed: {result}")

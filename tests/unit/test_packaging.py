@@ -15,66 +15,28 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
-import os
 import re
 import shutil
-import subprocess
 import sys
-import sysconfig
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from aicluster import PROJECT_ROOT, ROLES_DIR
+from tests.wheel import ROOT
+from tests.wheel import run as _run
+from tests.wheel import wheel_venv as make_wheel_venv
 
 pytestmark = pytest.mark.wheel
 
-ROOT = Path(__file__).resolve().parents[2]  # the clone this test runs from
 BIN = Path(sys.executable).parent
-NOT_SOURCE = shutil.ignore_patterns(
-    ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-    ".ruff_cache", ".testbed", ".ansible",
-)
-
-
-def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None,
-         timeout: int = 300) -> str:
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, (
-        f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
 
 
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
-    """(the fresh venv, the environment to run it with, a work directory outside the
-    clone), with aicluster installed from a wheel built from this source tree."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    source = tmp / "source"
-    shutil.copytree(ROOT, source, ignore=NOT_SOURCE, symlinks=True)
-    # Build isolation: the build backend (setuptools) from the configured package index.
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
-         "-q", "-w", tmp / "dist", source, cwd=tmp, timeout=600)
-    (wheel,) = (tmp / "dist").glob("aicluster-*.whl")
-
-    venv = tmp / "venv"
-    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp)
-    python = venv / "bin" / "python"
-    _run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps",
-         "--no-index", "--disable-pip-version-check", "-q", wheel, cwd=tmp)
-    purelib = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-                        cwd=tmp).strip())
-    # The dependencies: this venv's site-packages, after the fresh venv's own.
-    (purelib / "aicluster-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ANSIBLE"))}
-    env["PATH"] = f"{venv / 'bin'}:/usr/bin:/bin"
-    env["HOME"] = str(tmp / "home")
-    work = tmp / "work"
-    work.mkdir()
-    return venv, env, work
+    """(the fresh venv, its environment, a work directory outside the clone)."""
+    return make_wheel_venv(tmp_path_factory.mktemp("wheel"))
 
 
 def _py(venv: Path, env: dict[str, str], work: Path, code: str) -> str:
