@@ -225,4 +225,8 @@ if _overrides:
     for _name, _data in all[0]:
         _data.update(_overrides)
 
+# Every node reached with the OpenSSH client over a master connection kept open between
+# runs (`@openssh/`, docs/inventory.md); its name stays `node1`.
+all = ([(f"@openssh/{_name}", _data) for _name, _data in all[0]], all[1])
+
 finish(globals())

@@ -908,6 +908,17 @@ def _loading():
         _LOADING = previous
 
 
+#: The name prefix that gives a host to aicluster's ``openssh`` connector
+#: (aicluster.connectors.openssh): ``@openssh/gpu1`` is the host ``gpu1``.
+OPENSSH_PREFIX = "@openssh/"
+
+
+def _host_name(name: Any) -> Any:
+    """The host's name as pyinfra makes it from a name in the raw file: ``gpu1`` for
+    ``gpu1`` and ``@openssh/gpu1`` alike."""
+    return name.removeprefix(OPENSSH_PREFIX) if isinstance(name, str) else name
+
+
 def _raw_group_items(module_globals: Mapping[str, Any]):
     """(group, items) for each group of the raw inventory file, as pyinfra reads them:
     public lists, or ``(list, data)`` tuples."""
@@ -925,7 +936,7 @@ def _raw_definitions(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
     for key, items in _raw_group_items(module_globals):
         for item in items:
             if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-                where.setdefault(item[0], []).append(key)
+                where.setdefault(_host_name(item[0]), []).append(key)
     return {h: gs for h, gs in where.items() if len(gs) > 1}
 
 
@@ -933,7 +944,7 @@ def _raw_groups(module_globals: Mapping[str, Any]) -> dict[str, list[str]]:
     """Group -> host names, as the raw inventory file lists them."""
     groups: dict[str, list[str]] = {}
     for key, items in _raw_group_items(module_globals):
-        names = [item[0] if isinstance(item, tuple) else item for item in items]
+        names = [_host_name(item[0] if isinstance(item, tuple) else item) for item in items]
         if all(isinstance(n, str) for n in names):
             groups[key] = names
     return groups
@@ -1073,11 +1084,6 @@ def finish(module_globals: dict[str, Any]) -> None:
         raise SystemExit(2) from None
     for warning in cluster.warnings:
         print(f"aicluster: warning: {warning}", file=sys.stderr)
-    # pyinfra makes its hosts once this file is read: SSH connections it makes from
-    # then on stay open between runs (aicluster.ssh_mux).
-    from aicluster.ssh_mux import use_mux_connector
-
-    use_mux_connector()
 
 
 def _ansible_main(path: str, argv: list[str]) -> None:

@@ -23,12 +23,20 @@ from tests.e2e.checks import (
 )
 from tests.e2e.conftest import BIN, TESTBED_INVENTORY, env, pyinfra_results, run
 
-# An ``ssh`` first on PATH that notes each OpenSSH client started, then runs the real one.
+# An ``ssh`` first on PATH that notes each OpenSSH client started, and whether its
+# host's master was there and answering when it started (``ssh -O check`` with the
+# client's own options), then runs the real one.
 LOGGING_SSH = """#!{python}
-import json, os, sys
+import json, os, subprocess, sys
+argv = sys.argv[1:]
+master = None
+if "-O" not in argv and "--" in argv:
+    check = [{ssh!r}, "-O", "check", *argv[:argv.index("--") + 2]]
+    master = subprocess.run(check, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL).returncode == 0
 with open({log!r}, "a") as out:
-    out.write(json.dumps(sys.argv[1:]) + "\\n")
-os.execv({ssh!r}, [{ssh!r}] + sys.argv[1:])
+    out.write(json.dumps({{"argv": argv, "master": master}}) + "\\n")
+os.execv({ssh!r}, [{ssh!r}] + argv)
 """
 
 
@@ -37,7 +45,8 @@ def _deploy(prefix=()):
 
 
 def _deploy_counting_ssh_clients(tmp: Path):
-    """A deploy, and the remote command of each OpenSSH client it started."""
+    """A deploy, and each OpenSSH client it started: its arguments, and whether its
+    host's master answered when it started (None: a ``-O`` control command)."""
     bin_dir, log = tmp / "bin", tmp / "ssh.log"
     bin_dir.mkdir()
     (bin_dir / "ssh").write_text(LOGGING_SSH.format(
@@ -45,7 +54,7 @@ def _deploy_counting_ssh_clients(tmp: Path):
     (bin_dir / "ssh").chmod(0o755)
     proc = _deploy(["env", f"PATH={bin_dir}:{env()['PATH']}"])
     lines = log.read_text().splitlines() if log.exists() else []
-    return proc, [json.loads(line)[-1] for line in lines]
+    return proc, [json.loads(line) for line in lines]
 
 
 def _output(proc):
@@ -71,10 +80,15 @@ def test_deploy_then_redeploy_changes_nothing(testbed, tmp_path):
     second = pyinfra_results(_output(proc))
     assert second["changed"] == 0 and second["errors"] == 0, second
     assert second["no_change"] > 0, second
-    # Every command went through a node's master (a session on its control socket):
-    # the only OpenSSH clients started made a master, where one had expired.
-    assert set(clients) <= {"true"} and len(clients) <= len(testbed.nodes), clients
-    print(f"second deploy: {len(clients)} OpenSSH client(s) started (each made a master)")
+    # Every command is an OpenSSH client, and they share one master per node: a new
+    # SSH connection is made only where a node's master had expired (by connect's
+    # ``true``), at most once per node, never per command.
+    commands = [c for c in clients if c["master"] is not None]
+    new = [c["argv"][-1] for c in commands if not c["master"]]
+    assert len(commands) > 10 * len(testbed.nodes), len(commands)
+    assert set(new) <= {"true"} and len(new) <= len(testbed.nodes), new
+    print(f"second deploy: {len(commands)} OpenSSH client(s) started, {len(new)} of them "
+          "made a master")
     # Nothing restarted: the Ray units became active when they did before.
     assert ray_start_times(testbed) == ray_started
     # ... nor did munge, slurmctld or slurmd.

@@ -54,6 +54,8 @@ class InventorySpec:
         default_factory=lambda: {"cluster_name": "test", "networks": copy.deepcopy(NETWORKS)}
     )
     name: str = "cluster"
+    #: The prefix of each host's name in ``all`` (``""``: pyinfra's own connector).
+    connector: str = "@openssh/"
 
     node = staticmethod(node)
 
@@ -85,7 +87,8 @@ class InventorySpec:
         lines = [
             "from aicluster.inventory import finish",
             "",
-            f"all = {list(self.hosts.items())!r}",
+            # As our inventories: each host given to the openssh connector by name.
+            f"all = {[(self.connector + n, d) for n, d in self.hosts.items()]!r}",
         ]
         lines += [f"{group} = {members!r}" for group, members in self.groups.items()]
         lines += ["", "finish(globals())", ""]
