@@ -83,9 +83,10 @@ def test_deploy_then_redeploy_changes_nothing(testbed, tmp_path):
     # Every command is an OpenSSH client, and they share one master per node: a new
     # SSH connection is made only where a node's master had expired (by connect's
     # ``true``), at most once per node, never per command.
+    # (A no-op re-run may be one command per node: the fact reads prefetched at once.)
     commands = [c for c in clients if c["master"] is not None]
     new = [c["argv"][-1] for c in commands if not c["master"]]
-    assert len(commands) > 10 * len(testbed.nodes), len(commands)
+    assert len([c for c in commands if c["argv"][-1] != "true"]) >= len(testbed.nodes), clients
     assert set(new) <= {"true"} and len(new) <= len(testbed.nodes), new
     print(f"second deploy: {len(commands)} OpenSSH client(s) started, {len(new)} of them "
           "made a master")
