@@ -13,6 +13,7 @@ import stat
 
 import pytest
 
+from aicluster.common.versions import version_matches
 from aicluster.components.slurm import deploy as slurm
 from aicluster.components.slurm import derive as slurm_derive
 from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS
@@ -400,11 +401,11 @@ def test_upgrade_controller_first_then_workers_in_batches(key_file):
 
 
 def test_version_match():
-    assert slurm_derive.version_matches("22.05.8-4+deb12u3", "22.05.8")
-    assert slurm_derive.version_matches("22.05.8", "22.05.8")
-    assert not slurm_derive.version_matches("22.05.80-1", "22.05.8")
-    assert not slurm_derive.version_matches("23.11.4-1", "22.05.8")
-    assert slurm_derive.version_matches("anything", "")
+    assert version_matches("22.05.8-4+deb12u3", "22.05.8")
+    assert version_matches("22.05.8", "22.05.8")
+    assert not version_matches("22.05.80-1", "22.05.8")
+    assert not version_matches("23.11.4-1", "22.05.8")
+    assert version_matches("anything", "")
 
 
 def test_nothing_slurm_listens_on_outside_the_cluster_networks(key_file):

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from aicluster.components.slurm.derive import restart_needed, version_matches
+from aicluster.common.versions import version_matches
+from aicluster.components.slurm.derive import restart_needed
 
 
 class FilterModule:

@@ -11,6 +11,7 @@ from aicluster.common.rollout import drain_command, uncordon_command
 from aicluster.common.settings import (
     layered,
 )
+from aicluster.common.versions import version_matches
 from aicluster.components.nvidia.probe import FACT_COMMAND, turing_or_newer
 from aicluster.inventory import Cluster
 
@@ -56,10 +57,6 @@ def wanted(v: Mapping[str, Any]) -> str:
     """The driver version wanted: the exact version, else the branch."""
     return str(v["nvidia_driver_version"] or v["nvidia_driver_branch"])
 
-
-def version_matches(installed: str, want: str) -> bool:
-    """Whether a driver version (570.133.20) is the one wanted (exact, or of a branch)."""
-    return bool(installed) and (installed == want or installed.startswith(f"{want}."))
 
 
 def validate(cluster: Cluster) -> list[str]:

@@ -21,6 +21,7 @@ from pyinfra.operations import apt, dnf, files, server, systemd
 from aicluster.common.facts import UnitLoaded
 from aicluster.common.ops import put_template, this_host
 from aicluster.common.settings import NETWORK_ARGS
+from aicluster.common.versions import version_matches
 from aicluster.components.slurm.derive import (
     APT_PIN,
     CGROUP_CONF,
@@ -33,7 +34,6 @@ from aicluster.components.slurm.derive import (
     _render_conf,
     node_packages,
     restart_needed,
-    version_matches,
 )
 from aicluster.components.slurm.facts import CgroupWritable, MariadbUser, NvidiaDriver, SlurmConf
 from aicluster.inventory import Cluster

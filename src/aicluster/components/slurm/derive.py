@@ -4,7 +4,6 @@ its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -197,12 +196,6 @@ def node_packages(v: Mapping[str, Any]) -> list[str]:
         out += v["slurm_dbd_packages"]
     return out
 
-
-def version_matches(installed: str, wanted: str) -> bool:
-    """Whether an installed package version is the pinned version (or wanted is "")."""
-    if not wanted:
-        return True
-    return bool(re.match(rf"^(\d+:)?{re.escape(wanted)}([-+~.]|$)", installed))
 
 
 def _pairs(text: str) -> list[tuple[str, str]]:
