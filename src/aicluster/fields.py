@@ -62,9 +62,6 @@ def _version(value: str) -> str:
 Version = Annotated[str, AfterValidator(_version)]
 #: A secret's name under the inventory's ``secrets``.
 SecretName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
-#: A config file written from a mapping (key=value lines): keys are plain words, values
-#: scalars with no newline.
-ConfigDict = dict[str, Any]
 
 _NEWLINE = re.compile(r"[\r\n]")
 

@@ -15,16 +15,6 @@ from aicluster.render import default_value, defaults, os_vars
 NETWORK_ARGS = {"_timeout": NETWORK_TIMEOUT, "_retries": NETWORK_RETRIES}
 
 
-def unknown_keys(at: str, entry: Mapping[str, Any], known: Iterable[str]) -> list[str]:
-    """The error line for keys of an inventory entry the component does not know
-    (empty when there are none), naming the keys it does know."""
-    known = sorted(known)
-    unknown = sorted(map(str, set(entry) - set(known)))
-    if not unknown:
-        return []
-    return [f"{at}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}"]
-
-
 def layered(component: str, data: Mapping[str, Any]) -> dict[str, Any]:
     """The component's variables for one host: its defaults under the host's data."""
     out = defaults(component)
