@@ -38,6 +38,8 @@ def _node(node: dict) -> tuple[str, dict]:
             "ansible_ssh_common_args": (
                 "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no"
             ),
+            # ansible.cfg keeps Ansible's host key check on; off for these nodes only.
+            "ansible_host_key_checking": False,
             # Slurm's stand-in GPU (the testbed has none): gres.conf names a device node
             # the e2e tests create (a copy of /dev/null); production deploys create none.
             "slurm_gpu_device_pattern": "/dev/aicluster-standin-gpu{index}",
