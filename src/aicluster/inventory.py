@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sys
+import traceback
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -978,10 +979,20 @@ def _forget_compiled(path: str | os.PathLike) -> None:
             PYTHON_CODES.pop(key, None)
 
 
-def load_hosts(path: str | os.PathLike) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
+def load_hosts(
+    path: str | os.PathLike,
+    override_data: Mapping[str, Any] | None = None,
+    *,
+    cwd: str | os.PathLike | None = None,
+    group_data_directories: Iterable[str] = (),
+) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
     """Load an inventory file exactly as the pyinfra CLI does, without connecting.
 
-    Returns host name -> (groups, merged data: host > group > all).
+    ``override_data`` is pyinfra's ``--data key=value`` (and ``--ssh-user`` ...), laid
+    over everything; ``cwd`` and ``group_data_directories`` are pyinfra's working
+    directory and ``--group-data``. Returns host name -> (groups, merged data:
+    override > host > group > all). A Python error in the file or its group_data is
+    an :class:`InventoryError` (``file:line: message``).
     """
     from pyinfra_cli.inventory import make_inventory_from_files
 
@@ -989,20 +1000,99 @@ def load_hosts(path: str | os.PathLike) -> dict[str, tuple[tuple[str, ...], dict
     if not Path(path).is_file():
         raise InventoryError([f"no such inventory file: {path}"])
     _forget_compiled(path)
-    with _loading():
-        inventory = make_inventory_from_files(path, cwd=str(Path(path).resolve().parent))
+    try:
+        with _loading():
+            inventory = make_inventory_from_files(
+                path,
+                override_data=dict(override_data or {}),
+                cwd=str(cwd or Path(path).resolve().parent),
+                group_data_directories=list(group_data_directories) or None,
+            )
+    except Exception as exc:  # a Python error in the user's inventory or group data
+        raise InventoryError([python_error(exc, path)], path) from None
     out = {}
     for host in inventory:
         out[host.name] = (tuple(host.groups), dict(host.data.dict()))
     return out
 
 
+def python_error(exc: BaseException, path: str | os.PathLike) -> str:
+    """A Python error raised while an inventory file (or its group data) was executed,
+    as one line, ``file:line: Type: message``: the line in the user's file, not
+    pyinfra's or ours (pyinfra wraps the error in an UnexpectedExternalError)."""
+    cause = getattr(exc, "exception", exc)
+    if isinstance(cause, SyntaxError):
+        where = f"{cause.filename or path}:{cause.lineno}" if cause.lineno else str(path)
+        return f"{where}: SyntaxError: {cause.msg}"
+    tb = getattr(cause, "_traceback", None) or cause.__traceback__
+    inventory = Path(path).resolve()
+    frames = list(traceback.extract_tb(tb)) if tb is not None else []
+    mine = [f for f in frames
+            if Path(f.filename).resolve() == inventory
+            or Path(f.filename).resolve().parent.name == "group_data"]
+    frame = (mine or frames or [None])[-1]
+    where = f"{frame.filename}:{frame.lineno}" if frame is not None else str(path)
+    message = f"{where}: {type(cause).__name__}: {cause}"
+    if isinstance(cause, NameError) and getattr(cause, "name", None) in _PYTHON_SPELLING:
+        message += f" (Python writes {_PYTHON_SPELLING[cause.name]})"
+    return message
+
+
+#: Other languages' constants an inventory written by hand may hold.
+_PYTHON_SPELLING = {"true": "True", "false": "False", "null": "None", "none": "None",
+                    "yes": "True", "no": "False", "TRUE": "True", "FALSE": "False"}
+
+
+def _module_settings(path: str | os.PathLike, module_globals: Mapping[str, Any]) -> list[str]:
+    """Public module-level names of the inventory file that are neither a group (a list
+    or a tuple) nor an import, a function or a class: settings pyinfra silently
+    ignores (``slurm_version = "23.11"`` at the top of the file)."""
+    import ast
+    import types
+
+    lines: dict[str, int] = {}
+    try:
+        tree = ast.parse(Path(path).read_text(), str(path))
+        for node in tree.body:
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+                       else [])
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        lines.setdefault(name.id, node.lineno)
+    except (OSError, SyntaxError):
+        pass
+    errors = []
+    for key, value in module_globals.items():
+        if key.startswith("_") or isinstance(value, (list, tuple)):
+            continue
+        if isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                              type)) or callable(value):
+            continue
+        where = f"{path}:{lines[key]}" if key in lines else str(path)
+        errors.append(
+            f"{where}: {key}: a module-level variable is not a setting (pyinfra reads only "
+            "lists and tuples here, as groups, and ignores the rest); put it in the data of "
+            "'all' (all = (hosts, {...})), of a group, or in group_data/all.py, or name it "
+            "with a leading '_' if it is a helper"
+        )
+    return errors
+
+
 def _file_group(path: str | os.PathLike) -> str:
     return Path(path).name.rsplit(".", 1)[0]
 
 
-def load_cluster(path: str | os.PathLike) -> Cluster:
-    """Load and validate an inventory file. Raises :class:`InventoryError`."""
+def load_cluster(
+    path: str | os.PathLike,
+    override_data: Mapping[str, Any] | None = None,
+    *,
+    cwd: str | os.PathLike | None = None,
+    group_data_directories: Iterable[str] = (),
+) -> Cluster:
+    """Load and validate an inventory file (with pyinfra's ``--data`` overrides, its
+    working directory and ``--group-data`` where given). Raises :class:`InventoryError`."""
     from pyinfra_cli.util import exec_file
 
     if not Path(path).is_file():
@@ -1011,22 +1101,24 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
         _forget_compiled(path)
         with _loading():
             module_globals = exec_file(str(path), return_locals=True)
-        hosts = load_hosts(path)
-    except InventoryError:
-        raise
     except Exception as exc:  # a Python error in the user's inventory file
-        # pyinfra wraps it in an UnexpectedExternalError, whose str() fails.
-        cause = getattr(exc, "exception", exc)
-        raise InventoryError(
-            [f"cannot load the inventory: {type(cause).__name__}: {cause}"], str(path)
-        ) from exc
-    return validate(
-        hosts,
-        extra_groups=[_file_group(path)],
-        defined_twice=_raw_definitions(module_globals),
-        undeclared=_undeclared(module_globals),
-        source=str(path),
-    )
+        raise InventoryError([python_error(exc, path)], str(path)) from None
+    hosts = load_hosts(path, override_data, cwd=cwd,
+                       group_data_directories=group_data_directories)
+    module_errors = _module_settings(path, module_globals)
+    try:
+        cluster = validate(
+            hosts,
+            extra_groups=[_file_group(path)],
+            defined_twice=_raw_definitions(module_globals),
+            undeclared=_undeclared(module_globals),
+            source=str(path),
+        )
+    except InventoryError as exc:
+        raise InventoryError(module_errors + exc.errors, str(path)) from None
+    if module_errors:
+        raise InventoryError(module_errors, str(path))
+    return cluster
 
 
 def cluster_from_pyinfra(inventory) -> Cluster:
@@ -1041,8 +1133,8 @@ def cluster_from_pyinfra(inventory) -> Cluster:
 def ansible_inventory(path: str | os.PathLike, cluster: Cluster | None = None) -> dict[str, Any]:
     """The Ansible JSON inventory for an inventory file: the same hosts, groups and
     merged data pyinfra sees, plus Ansible's connection variables."""
-    hosts = load_hosts(path)
     cluster = cluster or load_cluster(path)
+    hosts = load_hosts(path)
     out: dict[str, Any] = {"_meta": {"hostvars": {}}, "all": {"children": ["ungrouped"]}}
     for name, (_groups, data) in hosts.items():
         hv = {k: v for k, v in data.items() if not k.startswith("_")}
@@ -1063,12 +1155,77 @@ def ansible_inventory(path: str | os.PathLike, cluster: Cluster | None = None) -
     return out
 
 
+def _refuse(exc: InventoryError) -> None:
+    """Every entry point's refusal: the report on stderr, exit status 2, no traceback."""
+    print(str(exc), file=sys.stderr)
+    raise SystemExit(2)
+
+
+def warning_lines(cluster: Cluster) -> list[str]:
+    """The plan's warnings as every entry point prints them."""
+    return [f"aicluster: warning: {w}" for w in cluster.warnings]
+
+
+#: The inventories validated in this pyinfra run: (file, overrides) -> done.
+_PYINFRA_CHECKED: set[tuple[str, str]] = set()
+
+
+def pyinfra_check() -> None:
+    """Validate the inventory the running ``pyinfra`` command was given, with its
+    ``--data`` overrides (and ``--ssh-user``/``--ssh-key``/``--ssh-port``,
+    ``--group-data``), before pyinfra connects to any host: on bad input print every
+    problem and exit with status 2; print the plan's warnings once.
+
+    It reads the command's arguments from click's context (pyinfra's CLI is a click
+    command), so it does nothing outside ``pyinfra`` or when the inventory is not a
+    file. Called by the inventory file as it is loaded (its import of this module and
+    ``finish(globals())``) and by the repository's ``config.py``, which pyinfra runs
+    before it loads any inventory (so that a SyntaxError is reported the same way);
+    whichever comes first validates, the others find it done.
+    """
+    import click
+    from pyinfra_cli.util import parse_cli_arg
+
+    context = click.get_current_context(silent=True)
+    if context is None or _LOADING:
+        return
+    params = context.params
+    inventory = params.get("inventory")
+    if not isinstance(inventory, str) or not inventory.endswith(".py") \
+            or not Path(inventory).is_file():
+        return
+    override: dict[str, Any] = {}
+    for arg in params.get("data") or ():
+        key, sep, value = str(arg).partition("=")
+        if sep:
+            override[key] = parse_cli_arg(value)
+    for key in ("ssh_user", "ssh_key", "ssh_port"):
+        if params.get(key):
+            override[key] = params[key]
+    done = (str(Path(inventory).resolve()), json.dumps(override, sort_keys=True, default=str))
+    if done in _PYINFRA_CHECKED:
+        return
+    _PYINFRA_CHECKED.add(done)
+    try:
+        cluster = load_cluster(inventory, override, cwd=os.getcwd(),
+                               group_data_directories=params.get("group_data") or ())
+    except InventoryError as exc:
+        if override:
+            exc = InventoryError(
+                [*exc.errors, f"(with the --data overrides {', '.join(sorted(override))})"],
+                exc.source)
+        _refuse(exc)
+    for line in warning_lines(cluster):
+        print(line, file=sys.stderr)
+
+
 def finish(module_globals: dict[str, Any]) -> None:
     """The last line of an inventory file.
 
     * Run by Ansible as a script (``--list`` / ``--host NAME``): print the inventory.
-    * Loaded by pyinfra: validate the whole inventory now, before pyinfra connects to
-      any host; on bad input print every problem and exit with status 2.
+    * Loaded by pyinfra: validate the whole inventory now (with the command's ``--data``
+      overrides), before pyinfra connects to any host; on bad input print every
+      problem and exit with status 2 (:func:`pyinfra_check`).
     * Loaded by aicluster itself: do nothing (the caller validates).
     """
     if _LOADING:
@@ -1077,13 +1234,7 @@ def finish(module_globals: dict[str, Any]) -> None:
     if module_globals.get("__name__") == "__main__":
         _ansible_main(path, sys.argv[1:])
         return
-    try:
-        cluster = load_cluster(path)
-    except InventoryError as exc:
-        print(str(exc), file=sys.stderr)
-        raise SystemExit(2) from None
-    for warning in cluster.warnings:
-        print(f"aicluster: warning: {warning}", file=sys.stderr)
+    pyinfra_check()
 
 
 def _ansible_main(path: str, argv: list[str]) -> None:
@@ -1093,7 +1244,40 @@ def _ansible_main(path: str, argv: list[str]) -> None:
         else:
             data = ansible_inventory(path)
     except InventoryError as exc:
-        print(str(exc), file=sys.stderr)
-        raise SystemExit(2) from None
+        _refuse(exc)
     json.dump(data, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
+
+
+def _on_import() -> None:
+    """An inventory file imports this module on its first line; by then nothing else of
+    it has run. So that a Python error further down the file (``true`` for ``True``, a
+    NameError) is reported as ``file:line: message`` with exit status 2 rather than as
+    a traceback, the whole file is validated here, first:
+
+    * run as an Ansible inventory script (``inventory.py --list`` / ``--host NAME``):
+      print the inventory (or the refusal) now and exit, before the rest of the file
+      runs a second time;
+    * loaded by ``pyinfra``: :func:`pyinfra_check`.
+    """
+    if _LOADING:
+        return
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if main_file and sys.argv[1:2] in (["--list"], ["--host"]) \
+            and Path(main_file).resolve() == Path(sys.argv[0]).resolve():
+        try:
+            is_inventory = "finish(globals())" in Path(main_file).read_text()
+        except OSError:
+            is_inventory = False
+        if is_inventory:
+            _ansible_main(main_file, sys.argv[1:])
+            raise SystemExit(0)
+        return
+    # Never imports pyinfra itself (Ansible's filter plugins reach this module).
+    pyinfra = sys.modules.get("pyinfra")
+    if pyinfra is not None and getattr(pyinfra, "is_cli", False):
+        pyinfra_check()
+
+
+_on_import()
