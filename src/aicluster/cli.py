@@ -19,15 +19,16 @@ def main() -> None:
 @click.argument("inventory", type=click.Path(dir_okay=False))
 def validate(inventory: str) -> None:
     """Check INVENTORY without contacting any host (exit 2 on bad input)."""
-    from aicluster.inventory import InventoryError, load_cluster
+    from aicluster.inventory import InventoryError, load_cluster, warning_lines
 
     try:
         cluster = load_cluster(inventory)
     except InventoryError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
-    for warning in cluster.warnings:
-        click.echo(f"warning: {warning}", err=True)
+    # The same lines pyinfra prints once when it loads the inventory.
+    for line in warning_lines(cluster):
+        click.echo(line, err=True)
     click.echo(
         f"{inventory}: {len(cluster.hosts)} hosts, "
         f"groups: {', '.join(sorted(g for g, m in cluster.groups.items() if m))}: OK"

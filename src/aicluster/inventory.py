@@ -81,6 +81,9 @@ KNOWN_GROUPS: frozenset[str] = frozenset(g for gs in COMPONENT_GROUPS.values() f
 #: Network names the inventory may declare, and what links they run on.
 NETWORK_NAMES = ("management", "fabric", "storage", "ib")
 
+#: The slowest fabric link the planning advice accepts between GPU nodes (Gb/s).
+FABRIC_MIN_GBPS = 25
+
 #: MTU limits by link type (Linux): Ethernet from the IPv6 minimum to the largest
 #: jumbo frame switches commonly carry; IPoIB datagram mode is bounded by the IB MTU
 #: (4096 - 4 bytes of IPoIB header), connected mode by the kernel's 65520.
@@ -377,6 +380,16 @@ class ClusterSpec(BaseModel):
             )
         if "management" not in v:
             raise ValueError("the management network is required")
+        names = list(v)
+        for i, name in enumerate(names):
+            for other in names[:i]:
+                a, b = v[other].subnet, v[name].subnet
+                if a.version == b.version and a.overlaps(b):
+                    raise ValueError(
+                        f"{name}.subnet: {b} overlaps the {other} network {a}; each network "
+                        "needs a subnet of its own (the firewall, the routes and every "
+                        "'address on network X' rule tell them apart by subnet)"
+                    )
         for name, network in v.items():
             kind = "ipoib-connected" if name == "ib" else "ethernet"
             low, high = MTU_LIMITS[kind]
@@ -618,15 +631,17 @@ def validate(
 
     if not cluster_specs:
         raise InventoryError(_collapse(errors), source)
-    first_name, cspec = next(iter(cluster_specs.items()))
-    for name, other in cluster_specs.items():
-        for fld in ClusterSpec.model_fields:
+    for fld in ClusterSpec.model_fields:
+        first_name = majority_first(cluster_specs, lambda n, f=fld: getattr(cluster_specs[n], f))
+        cspec = cluster_specs[first_name]
+        for name, other in cluster_specs.items():
             if getattr(other, fld) != getattr(cspec, fld):
-                errors.append(
-                    f"host {name!r}: {fld}: not the same as on host {first_name!r}; "
-                    "cluster-wide settings must be the same for every host (set them in "
-                    "group_data)"
-                )
+                    errors.append(
+                        f"host {name!r}: {fld}: not the same as on host {first_name!r}; "
+                        "cluster-wide settings must be the same for every host (set them in "
+                        "group_data)"
+                    )
+    cspec = cluster_specs[majority_first(cluster_specs, lambda n: cluster_specs[n])]
 
     groups: dict[str, tuple[str, ...]] = {}
     for name, (hgroups, _data) in hosts.items():
@@ -636,6 +651,7 @@ def validate(
                 groups[g] += (name,)
 
     errors += _check_hosts(parsed, cspec)
+    errors += _check_secret_names(parsed, cspec)
     errors += _check_groups(parsed, groups, cspec)
     if errors:
         raise InventoryError(_collapse(errors), source)
@@ -646,6 +662,16 @@ def validate(
         raise InventoryError(_collapse(errors), source)
     cluster.warnings.extend(_warnings(cluster))
     return cluster
+
+
+def majority_first(names: Iterable[str], value_of: Any) -> str:
+    """The host whose value most hosts share (the first such host, in inventory order):
+    the reference a "must be the same on every host" rule compares the others with, so
+    that one odd host is reported, not every host that agrees with the rest."""
+    names = list(names)
+    values = [value_of(n) for n in names]
+    counts = [sum(1 for w in values if w == v) for v in values]
+    return names[counts.index(max(counts))]
 
 
 def _collapse(errors: list[str]) -> list[str]:
@@ -824,6 +850,36 @@ def _check_hosts(hosts: Mapping[str, Host], cspec: ClusterSpec) -> list[str]:
     return errors
 
 
+#: Component settings that name a secret under ``secrets`` (``slurm_munge_key_name``).
+SECRET_NAME_KEY_RE = re.compile(r"_keys?_name$")
+
+
+def _check_secret_names(hosts: Mapping[str, Host], cspec: ClusterSpec) -> list[str]:
+    """A setting naming a secret names one the inventory declares under ``secrets``; only
+    the component's default name may be left undeclared (its secret is then the file
+    ``~/.local/share/aicluster/<cluster_name>/...``, made once). A misspelt name is
+    refused rather than silently given a new, generated secret."""
+    from aicluster.render import defaults
+
+    errors = []
+    for name, host in hosts.items():
+        for key, value in host.data.items():
+            component = component_of_key(str(key))
+            if component is None or not SECRET_NAME_KEY_RE.search(str(key)) \
+                    or not isinstance(value, str):
+                continue
+            default = defaults(component).get(key)
+            if value == default or value in cspec.secrets:
+                continue
+            declared = ", ".join(sorted(cspec.secrets)) or "none"
+            errors.append(
+                f"host {name!r}: {key}: names the secret {value!r}, which `secrets` does not "
+                f"declare (declared: {declared}); add it to `secrets` as {{'file': PATH}} "
+                f"(made once when missing) or {{'env': VARIABLE}}, or correct the name"
+            )
+    return errors
+
+
 def _check_groups(
     hosts: Mapping[str, Host], groups: Mapping[str, tuple[str, ...]], cspec: ClusterSpec
 ) -> list[str]:
@@ -850,7 +906,7 @@ def _check_groups(
         elif have > high:
             errors.append(
                 f"host {members(ctrl)[high]!r}: groups: {ctrl} allows at most {high} host(s); "
-                f"the inventory has {have}"
+                f"the inventory has {have} ({', '.join(repr(m) for m in members(ctrl))})"
             )
     for name in members("gpu_nodes"):
         if name in hosts and hosts[name].spec.hardware.gpus.count == 0:
@@ -859,7 +915,7 @@ def _check_groups(
             )
     # An ib_nodes host that declares no InfiniBand port is valid: it gets the RDMA
     # packages and no subnet manager (the infiniband deploy says so).
-    if cspec.package_cache and cspec.package_cache not in hosts:
+    if cspec.package_cache and hosts and cspec.package_cache not in hosts:
         first = next(iter(hosts))
         errors.append(
             f"host {first!r}: package_cache: {cspec.package_cache!r} is not a host of "
@@ -875,6 +931,25 @@ def _warnings(cluster: Cluster) -> list[str]:
             "ollama runs on several nodes without an ollama_gateway: each Ollama serves "
             "alone; add a gateway node to balance requests across them"
         )
+    mons = cluster.group("ceph_mons")
+    if mons and len(mons) % 2 == 0:
+        warnings.append(
+            f"host {mons[-1]!r}: groups: ceph_mons has {len(mons)} hosts "
+            f"({', '.join(repr(m) for m in mons)}); an even number of monitors survives no "
+            f"more failures than {len(mons) - 1} (a quorum is a majority): use an odd number"
+        )
+    gpu_hosts = [n for n in cluster.group("gpu_nodes") if n in cluster.hosts
+                 and cluster.hosts[n].spec.hardware.gpus.count > 0
+                 and cluster.hosts[n].spec.hardware.gpus.vendor != "standin"]
+    if len(gpu_hosts) > 1:
+        for name in gpu_hosts:
+            for i, nic in enumerate(cluster.hosts[name].spec.hardware.nics):
+                if nic.network == "fabric" and nic.speed_gbps < FABRIC_MIN_GBPS:
+                    warnings.append(
+                        f"host {name!r}: hardware.nics[{i}].speed_gbps: {nic.speed_gbps} Gb/s "
+                        f"on the fabric network of a cluster with {len(gpu_hosts)} GPU nodes; "
+                        f"jobs across nodes want at least {FABRIC_MIN_GBPS} Gb/s"
+                    )
     if cluster.group("slurm_workers") and len(cluster.group("slurm_controller")) == 1:
         warnings.append(
             "slurm_controller has one host: it is a single point of failure "
@@ -1211,9 +1286,8 @@ def pyinfra_check() -> None:
                                group_data_directories=params.get("group_data") or ())
     except InventoryError as exc:
         if override:
-            exc = InventoryError(
-                [*exc.errors, f"(with the --data overrides {', '.join(sorted(override))})"],
-                exc.source)
+            given = ", ".join(sorted(override))
+            exc = InventoryError(exc.errors, f"{exc.source or inventory} (with --data {given})")
         _refuse(exc)
     for line in warning_lines(cluster):
         print(line, file=sys.stderr)

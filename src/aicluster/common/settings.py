@@ -8,7 +8,7 @@ from typing import Any
 
 from aicluster.common.limits import NETWORK_RETRIES, NETWORK_TIMEOUT
 from aicluster.components import derive_module
-from aicluster.inventory import Cluster
+from aicluster.inventory import Cluster, majority_first
 from aicluster.render import default_value, defaults, os_vars
 
 #: The pyinfra arguments that bound such an operation.
@@ -98,12 +98,13 @@ def differs_from_first(component: str, cluster: Cluster, names: list[str],
     whose value differs from the first host's (``nodes`` names the hosts, "Ray node")."""
     if not names:
         return []
-    first = names[0]
-    first_v = layered(component, cluster.hosts[first].data)
+    values = {n: layered(component, cluster.hosts[n].data) for n in names}
     out = []
-    for name in names[1:]:
-        v = layered(component, cluster.hosts[name].data)
-        out += [f"host {name!r}: {key}: {v[key]!r} differs from {first_v[key]!r} on host "
-                f"{first!r}; it must be the same on every {nodes} (set it in group_data)"
-                for key in keys if v[key] != first_v[key]]
+    for key in keys:
+        # The value most hosts have is the reference: the odd host is the one reported.
+        first = majority_first(names, lambda n, k=key: values[n][k])
+        out += [f"host {name!r}: {key}: {values[name][key]!r} differs from "
+                f"{values[first][key]!r} on host {first!r}; it must be the same on every "
+                f"{nodes} (set it in group_data)"
+                for name in names if values[name][key] != values[first][key]]
     return out

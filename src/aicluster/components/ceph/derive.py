@@ -628,7 +628,48 @@ def _check_pools(cluster: Cluster, c: Mapping[str, Any], where: str, count: int)
         if p.get("size", 0) > count:
             errors.append(f"{at}.size: {p['size']} replicas need {p['size']} OSDs; the "
                           f"ceph_osd_devices of ceph_osds name {count}")
+    if errors:
+        return errors
+    size = default_size(cluster, c)
+    hosts = len(osd_hosts(cluster))
+    domain = failure_domain(cluster, c)
+    for i, p in enumerate(c["ceph_pools"]):
+        at = f"{where}: ceph_pools[{i}]"
+        if "min_size" in p and "size" not in p and p["min_size"] > size:
+            errors.append(f"{at}.min_size: {p['min_size']} is more than the pool's size {size} "
+                          "(ceph_pool_default_size, else one replica per OSD up to 3); Ceph "
+                          "refuses a min_size above the size")
+        if domain == "host" and p.get("size", 0) > hosts:
+            errors.append(f"{at}.size: {p['size']} replicas on different hosts (failure domain "
+                          f"host) need {p['size']} OSD hosts; ceph_osds has {hosts}: its "
+                          "placement groups could never be complete")
+    if errors:
+        return errors
+    # Ceph refuses to create a pool whose placement groups would take the cluster over
+    # mon_max_pg_per_osd per OSD (counting the pools made before it).
+    limit = _max_pg_per_osd(c) * count
+    total = 0
+    for p in pools(cluster, c):
+        total += p["pg_num"] * p["size"]
+        if count and total > limit:
+            errors.append(
+                f"{where}: ceph_pools: pool {p['name']} (pg_num {p['pg_num']}, size {p['size']}) "
+                f"brings the cluster to {total} placement group replicas, more than "
+                f"mon_max_pg_per_osd {_max_pg_per_osd(c)} x {count} OSDs = {limit}; Ceph "
+                "refuses to create it: lower pg_num (ceph_pools, ceph_pool_default_pg_num, "
+                "ceph_cephfs_*_pg_num) or add OSDs")
+            break
     return errors
+
+
+def _max_pg_per_osd(c: Mapping[str, Any]) -> int:
+    """mon_max_pg_per_osd: ceph_config's, else Ceph's default (250)."""
+    for section in ("global", "mon"):
+        options = (c["ceph_config"] or {}).get(section) or {}
+        value = options.get("mon_max_pg_per_osd", options.get("mon max pg per osd"))
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 250
 
 
 def _check_host(cluster: Cluster, name: str) -> list[str]:

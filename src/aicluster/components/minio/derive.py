@@ -440,9 +440,65 @@ def validate(cluster: Cluster) -> list[str]:
                           f"{tls_hosts[0]!r} serves TLS; every MinIO host does, or none")
     if errors:
         return errors
-    for host_name, fld, text in layout(cluster)["problems"]:
+    plan = layout(cluster)
+    for host_name, fld, text in plan["problems"]:
         errors.append(f"host {host_name!r}: {fld}: {text}")
+    if not errors:
+        env = merge_config(c["minio_default_config"], c["minio_config"])
+        errors += [f"{where_c}: {text}" for text in storage_class_problems(env, plan["pools"])]
     return errors
+
+
+#: MinIO's storage classes (the erasure-code parity of an object), as it reads them.
+STORAGE_CLASSES = {"MINIO_STORAGE_CLASS_STANDARD": "Standard",
+                   "MINIO_STORAGE_CLASS_RRS": "Reduced redundancy"}
+
+
+def default_parity(set_size: int) -> int:
+    """MinIO's parity for the standard class when none is set (DefaultParityBlocks)."""
+    return {1: 0, 2: 1, 3: 1, 4: 2, 5: 2, 6: 3, 7: 3}.get(set_size, 4)
+
+
+def storage_class_problems(env: Mapping[str, Any], pools_: list[Mapping[str, Any]]) -> list[str]:
+    """What MinIO refuses at start in ``MINIO_STORAGE_CLASS_STANDARD``/``_RRS`` for
+    these server pools (internal/config/storageclass: the form ``EC:<parity>``; a parity
+    of at most half the erasure set's drives when the set has more than 2; the standard
+    parity not below the reduced-redundancy one). Each line names the setting."""
+    problems: list[str] = []
+    parity: dict[str, int | None] = {}
+    for key in STORAGE_CLASSES:
+        value = env.get(key)
+        if value is None or value == "":
+            parity[key] = None
+            continue
+        m = re.fullmatch(r"EC:([0-9]+)", str(value))
+        if not m:
+            problems.append(f"minio_config.{key}: {value!r} is not a storage class MinIO "
+                            "reads; write EC:<parity drives>, such as EC:2")
+            continue
+        parity[key] = int(m.group(1))
+    if problems:
+        return problems
+    for number, pool in enumerate(pools_, start=1):
+        size = int(pool.get("set_size") or 0)
+        if size <= 2:
+            continue
+        for key, label in STORAGE_CLASSES.items():
+            given = parity[key]
+            if given is not None and given > size // 2:
+                problems.append(
+                    f"minio_config.{key}: EC:{given} is more parity than server pool {number} "
+                    f"({', '.join(pool['hosts'])}) allows: its erasure sets have {size} "
+                    f"drives, so at most EC:{size // 2}; MinIO refuses to start ({label} "
+                    "storage class parity)")
+    standard = parity["MINIO_STORAGE_CLASS_STANDARD"]
+    rrs = parity["MINIO_STORAGE_CLASS_RRS"]
+    if standard and rrs and standard < rrs:
+        problems.append(
+            f"minio_config.MINIO_STORAGE_CLASS_STANDARD: EC:{standard} is less parity than "
+            f"MINIO_STORAGE_CLASS_RRS EC:{rrs}; MinIO refuses to start (the standard class "
+            "keeps at least the reduced-redundancy parity)")
+    return problems
 
 
 def _check_buckets(where: str, entries: list[Mapping[str, Any]]) -> list[str]:

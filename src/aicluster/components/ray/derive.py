@@ -13,7 +13,7 @@ from aicluster.common.disks import cache_environment
 from aicluster.common.networks import host_address, network_errors, pick_network
 from aicluster.common.settings import differs_from_first, layered, setting
 from aicluster.components.ray.probe import command_text
-from aicluster.inventory import Cluster
+from aicluster.inventory import Cluster, majority_first
 
 UNIT_DIR = "/etc/systemd/system"
 GIB = 1024**3
@@ -133,7 +133,8 @@ def validate(cluster: Cluster) -> list[str]:
     nodes = ray_hosts(cluster)
     if not nodes:
         return errors
-    first = nodes[0]
+    # The version most nodes run is the reference: the odd node is the one reported.
+    first = majority_first(nodes, lambda n: layered("ray", cluster.hosts[n].data)["ray_version"])
     first_v = layered("ray", cluster.hosts[first].data)
     errors += differs_from_first("ray", cluster, nodes,
                                  ("ray_network", "ray_port", "ray_install_dir", "ray_python"),
