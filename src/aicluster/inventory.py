@@ -826,6 +826,11 @@ def _check_hosts(hosts: Mapping[str, Host], cspec: ClusterSpec) -> list[str]:
                     f"{where}: hardware.ib_ports[{i}].network: unknown network "
                     f"{port.network!r}; declared: {', '.join(cspec.networks)}"
                 )
+        ports = [(p.device, p.port) for p in hw.ib_ports]
+        for i, port in enumerate(ports):
+            if port in ports[:i]:
+                errors.append(f"{where}: hardware.ib_ports[{i}]: {port[0]} port {port[1]} is "
+                              "listed twice")
         devices = [d.device for d in hw.nvme]
         for i, dev in enumerate(devices):
             if dev in devices[:i]:
@@ -841,6 +846,13 @@ def _check_hosts(hosts: Mapping[str, Host], cspec: ClusterSpec) -> list[str]:
             if net is not None and addr not in net.subnet:
                 errors.append(
                     f"{where}: {fld}: {addr} is outside the {network} network {net.subnet}"
+                )
+            elif net is not None and net.subnet.version == 4 and net.subnet.prefixlen < 31 \
+                    and addr in (net.subnet.network_address, net.subnet.broadcast_address):
+                which = "network" if addr == net.subnet.network_address else "broadcast"
+                errors.append(
+                    f"{where}: {fld}: {addr} is the {which} address of the {network} network "
+                    f"{net.subnet}, not a host's; give an address between them"
                 )
             key = str(addr)
             if key in seen_addr:

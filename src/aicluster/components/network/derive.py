@@ -109,6 +109,11 @@ def _check_address(cluster: Cluster, where: str, fld: str, network: Any, address
     if addr not in subnet:
         errors.append(f"{where}: {fld}.address: {addr} is outside the {network} network "
                       f"{subnet}")
+    elif subnet.version == 4 and subnet.prefixlen < 31 \
+            and addr in (subnet.network_address, subnet.broadcast_address):
+        which = "network" if addr == subnet.network_address else "broadcast"
+        errors.append(f"{where}: {fld}.address: {addr} is the {which} address of the "
+                      f"{network} network {subnet}, not a host's; give an address between them")
     if str(addr) in seen:
         errors.append(f"{where}: {fld}.address: address {addr} is also used by "
                       f"{seen[str(addr)]}")
