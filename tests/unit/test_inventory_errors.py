@@ -883,6 +883,129 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "n1", "ssh_hostname",
         "Field required",
     ),
+    # -- networks against each other, addresses against their network ------------
+    (
+        "networks-overlap",
+        [("all.networks.fabric.subnet", "192.0.2.0/25")],
+        "n1", "networks",
+        "fabric.subnet: 192.0.2.0/25 overlaps the management network 192.0.2.0/24; each "
+        "network needs a subnet of its own",
+    ),
+    (
+        "networks-overlap-ib-inside-fabric",
+        [("all.networks.ib.subnet", "198.51.100.128/25")],
+        "n1", "networks",
+        "ib.subnet: 198.51.100.128/25 overlaps the fabric network 198.51.100.0/24",
+    ),
+    (
+        "nic-address-is-the-network-address",
+        [("n1.hardware.nics[0].address", "198.51.100.0")],
+        "n1", "hardware.nics[0].address",
+        "198.51.100.0 is the network address of the fabric network 198.51.100.0/24, not a "
+        "host's",
+    ),
+    (
+        "ssh-hostname-is-the-broadcast-address",
+        [("n2.ssh_hostname", "192.0.2.255")],
+        "n2", "ssh_hostname",
+        "192.0.2.255 is the broadcast address of the management network 192.0.2.0/24",
+    ),
+    (
+        "ib-port-listed-twice",
+        [("n1.hardware.ib_ports", [{"device": "mlx5_0"}, {"device": "mlx5_0", "port": 1}])],
+        "n1", "hardware.ib_ports[1]",
+        "mlx5_0 port 1 is listed twice",
+    ),
+    # -- a rule several hosts share: the odd host is reported, naming one that agrees --
+    (
+        "cluster-setting-odd-on-the-first-host",
+        [("+n3", 3), ("n1.package_proxy", "http://192.0.2.254:3142")],
+        "n1", "package_proxy",
+        "not the same as on host 'n2'",
+    ),
+    (
+        "ray-setting-odd-on-the-first-host",
+        [("+n3", 3), ("groups.ray_head", ["n1"]), ("groups.ray_workers", ["n2", "n3"]),
+         ("all.ray_version", "2.60.0"), ("n1.ray_port", 6380)],
+        "n1", "ray_port",
+        "6380 differs from 6379 on host 'n2'",
+    ),
+    # -- secrets: a name the inventory does not declare is not made up ------------------
+    (
+        "secret-name-not-declared",
+        [("all.secrets", {"munge_key": {"file": "/etc/aicluster/munge.key"}}),
+         ("all.slurm_munge_key_name", "munge")],
+        "n1", "slurm_munge_key_name",
+        "names the secret 'munge', which `secrets` does not declare (declared: munge_key)",
+    ),
+    # -- storage layouts the servers refuse at start --------------------------------
+    (
+        "minio-parity-above-half-the-set",
+        [("groups.minio", ["n1"]),
+         ("n1.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 5)]),
+         ("all.minio_config", {"MINIO_STORAGE_CLASS_STANDARD": "EC:3"})],
+        "n1", "minio_config.MINIO_STORAGE_CLASS_STANDARD",
+        "EC:3 is more parity than server pool 1 (n1) allows: its erasure sets have 4 drives, "
+        "so at most EC:2; MinIO refuses to start",
+    ),
+    (
+        "minio-storage-class-form",
+        [("groups.minio", ["n1"]),
+         ("n1.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 5)]),
+         ("all.minio_config", {"MINIO_STORAGE_CLASS_RRS": "2"})],
+        "n1", "minio_config.MINIO_STORAGE_CLASS_RRS",
+        "'2' is not a storage class MinIO reads; write EC:<parity drives>",
+    ),
+    (
+        "minio-standard-parity-below-rrs",
+        [("groups.minio", ["n1"]),
+         ("n1.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 5)]),
+         ("all.minio_config", {"MINIO_STORAGE_CLASS_STANDARD": "EC:1",
+                               "MINIO_STORAGE_CLASS_RRS": "EC:2"})],
+        "n1", "minio_config.MINIO_STORAGE_CLASS_STANDARD",
+        "EC:1 is less parity than MINIO_STORAGE_CLASS_RRS EC:2",
+    ),
+    (
+        "minio-servers-with-unequal-drives",
+        [("groups.minio", ["n1", "n2"]),
+         ("n1.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 5)]),
+         ("n2.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 3)])],
+        "n2", "minio_drives",
+        "has 2 drive(s), host 'n1' of the same server pool 1 has 4",
+    ),
+    (
+        "minio-drive-count-no-erasure-set-divides",
+        [("groups.minio", ["n1"]),
+         ("n1.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 18)])],
+        "n1", "minio_drives",
+        "17 drives: no erasure set size of 2 to 16 divides it; MinIO refuses that layout",
+    ),
+    (
+        "ceph-min-size-above-the-default-size",
+        [("groups.ceph_mons", ["n1"]), ("groups.ceph_osds", ["n1"]),
+         ("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}]),
+         ("all.ceph_pools", [{"name": "models", "min_size": 2}])],
+        "n1", "ceph_pools[0].min_size",
+        "2 is more than the pool's size 1",
+    ),
+    (
+        "ceph-pool-size-above-the-osd-hosts",
+        [("groups.ceph_mons", ["n1"]), ("groups.ceph_osds", ["n1", "n2"]),
+         ("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}, {"device": "/dev/nvme1n1"}]),
+         ("n2.ceph_osd_devices", [{"device": "/dev/nvme0n1"}]),
+         ("all.ceph_pool_default_size", 2), ("all.ceph_pools", [{"name": "models", "size": 3}])],
+        "n1", "ceph_pools[0].size",
+        "3 replicas on different hosts (failure domain host) need 3 OSD hosts; ceph_osds has 2",
+    ),
+    (
+        "ceph-placement-groups-above-the-limit",
+        [("groups.ceph_mons", ["n1"]), ("groups.ceph_osds", ["n1"]),
+         ("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}]),
+         ("all.ceph_pools", [{"name": "models", "pg_num": 512}])],
+        "n1", "ceph_pools",
+        "pool models (pg_num 512, size 1) brings the cluster to 512 placement group "
+        "replicas, more than mon_max_pg_per_osd 250 x 1 OSDs = 250; Ceph refuses",
+    ),
 ]
 # fmt: on
 
@@ -1065,6 +1188,18 @@ GOOD: list[tuple[str, list[tuple[str, Any]]]] = [
                              ("all.nvidia_open_kernel_modules", True),
                              ("all.nvidia_fabric_manager", "auto"),
                              ("all.nvidia_cuda_version", "12.8")]),
+    ("secret-default-name-undeclared", [("all.slurm_munge_key_name", "munge_key")]),
+    ("secret-other-name-declared", [("all.secrets", {"munge": {"env": "MUNGE_KEY"}}),
+                                    ("all.slurm_munge_key_name", "munge")]),
+    ("networks-adjacent", [("all.networks.ib.subnet", "198.51.101.0/24")]),
+    ("point-to-point-31", [("all.networks.ib.subnet", "203.0.113.0/31"),
+                           ("n1.hardware.ib_ports", [{"device": "mlx5_0", "network": "ib",
+                                                      "address": "203.0.113.0"}])]),
+    ("minio-parity-half-the-set", [("groups.minio", ["n1"]),
+                                   ("n1.minio_drives", [{"path": f"/srv/minio{i}"}
+                                                        for i in range(1, 5)]),
+                                   ("all.minio_config", {"MINIO_STORAGE_CLASS_STANDARD": "EC:2",
+                                                         "MINIO_STORAGE_CLASS_RRS": "EC:1"})]),
     ("component-settings-pass-through",
      [("all.slurm_config", {"SchedulerType": "sched/backfill"})]),
 ]
