@@ -6,6 +6,8 @@ order: base, network, infiniband, nvidia, storage, stacks, monitoring. Component
 not built yet are skipped.
 """
 
+import sys
+
 from pyinfra import host, logger
 
 from aicluster import accel
@@ -16,8 +18,9 @@ from aicluster.inventory import InventoryError
 
 try:
     _cluster = current_cluster()
-except InventoryError as exc:
-    raise SystemExit(f"aicluster: {exc}") from None
+except InventoryError as exc:  # (refused already as pyinfra loaded the inventory)
+    print(str(exc), file=sys.stderr)
+    raise SystemExit(2) from None
 
 # The pyinfra accelerator (aicluster.accel): facts read once per host and the last run's
 # reads fetched in one command, pyinfra's per-operation bookkeeping made cheap, one

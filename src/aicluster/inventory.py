@@ -877,8 +877,9 @@ def _check_secret_names(hosts: Mapping[str, Host], cspec: ClusterSpec) -> list[s
     for name, host in hosts.items():
         for key, value in host.data.items():
             component = component_of_key(str(key))
+            # (A name that is not a secret name at all is the settings model's refusal.)
             if component is None or not SECRET_NAME_KEY_RE.search(str(key)) \
-                    or not isinstance(value, str):
+                    or not isinstance(value, str) or not re.match(r"^[a-z][a-z0-9_]*$", value):
                 continue
             default = defaults(component).get(key)
             if value == default or value in cspec.secrets:
