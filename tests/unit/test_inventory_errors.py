@@ -974,6 +974,15 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "has 2 drive(s), host 'n1' of the same server pool 1 has 4",
     ),
     (
+        "minio-odd-drive-count-on-the-first-host",
+        [("+n3", 3), ("groups.minio", ["n1", "n2", "n3"]),
+         ("n1.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 2)]),
+         ("n2.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 3)]),
+         ("n3.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 3)])],
+        "n1", "minio_drives",
+        "has 1 drive(s), host 'n2' of the same server pool 1 has 2",
+    ),
+    (
         "minio-drive-count-no-erasure-set-divides",
         [("groups.minio", ["n1"]),
          ("n1.minio_drives", [{"path": f"/srv/minio{i}"} for i in range(1, 18)])],

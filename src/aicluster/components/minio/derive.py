@@ -24,7 +24,7 @@ from aicluster.common.settings import config_text, differs_from_first, layered, 
 from aicluster.components.minio.probe import ALIAS, MC
 from aicluster.components.minio.probe import command_text as state_command_text
 from aicluster.components.minio.probe import parse as state_parse
-from aicluster.inventory import Cluster
+from aicluster.inventory import Cluster, majority_first
 from aicluster.secrets import SecretError, read_secret
 from aicluster.secrets import secret_ref as _secret_ref
 
@@ -185,16 +185,18 @@ def layout(cluster: Cluster) -> dict[str, Any]:
         paths = {n: [d["path"] for d in drives(cluster.hosts[n].data)] for n in names}
         counts = {n: len(p) for n, p in paths.items()}
         total += sum(counts.values())
-        first = names[0]
-        odd = [n for n in names if counts[n] != counts[first]]
+        # The count most hosts of the pool have is the reference: the odd host is reported.
+        common = majority_first(names, counts.__getitem__)
+        odd = [n for n in names if counts[n] != counts[common]]
         if odd:
             problems.append((odd[0], "minio_drives", (
-                f"has {counts[odd[0]]} drive(s), host {first!r} of the same server pool "
-                f"{number} has {counts[first]}; every host of a pool has as many drives "
+                f"has {counts[odd[0]]} drive(s), host {common!r} of the same server pool "
+                f"{number} has {counts[common]}; every host of a pool has as many drives "
                 "(MinIO spreads its erasure sets evenly)")))
-            out_pools.append({"hosts": names, "drives": counts[first], "arg": "",
+            out_pools.append({"hosts": names, "drives": counts[common], "arg": "",
                               "set_size": 0})
             continue
+        first = names[0]
         same_paths = all(paths[n] == paths[first] for n in names)
         path_seq = sequence(paths[first]) if same_paths else None
         hostnames = [url_hostname(n, network) for n in names]
@@ -452,11 +454,6 @@ def validate(cluster: Cluster) -> list[str]:
 #: MinIO's storage classes (the erasure-code parity of an object), as it reads them.
 STORAGE_CLASSES = {"MINIO_STORAGE_CLASS_STANDARD": "Standard",
                    "MINIO_STORAGE_CLASS_RRS": "Reduced redundancy"}
-
-
-def default_parity(set_size: int) -> int:
-    """MinIO's parity for the standard class when none is set (DefaultParityBlocks)."""
-    return {1: 0, 2: 1, 3: 1, 4: 2, 5: 2, 6: 3, 7: 3}.get(set_size, 4)
 
 
 def storage_class_problems(env: Mapping[str, Any], pools_: list[Mapping[str, Any]]) -> list[str]:
