@@ -534,6 +534,27 @@ def _pydantic_errors(where: str, exc: ValidationError | list[Any],
     return errors
 
 
+#: Data keys pyinfra and Ansible read themselves (they pass through unchecked).
+_ENGINE_KEY_RE = re.compile(r"^(_|ansible_|ssh_|winrm_|docker_|chroot_|local_|terraform_)")
+
+
+def _near_misses(where: str, data: Mapping[str, Any]) -> list[str]:
+    """A data key that is no field, no component setting and no engine's own key, but
+    nearly a field's name (``hardwre``, ``network`` for ``networks``): refused with the
+    name meant, since the field would silently keep its default."""
+    known = sorted({*HostSpec.model_fields, *ClusterSpec.model_fields})
+    errors = []
+    for key in data:
+        key = str(key)
+        if key in known or component_of_key(key) is not None or _ENGINE_KEY_RE.match(key):
+            continue
+        near = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+        if near:
+            errors.append(f"{where}: {key}: not a host or cluster field; did you mean "
+                          f"{near[0]}?")
+    return errors
+
+
 def _inline_secrets(data: Mapping[str, Any], path: str = "") -> list[str]:
     """Field paths whose name says "secret" but whose value is written inline."""
     found = []
@@ -601,6 +622,7 @@ def validate(
                     f"{where}: groups: unknown group {g!r}; known groups: "
                     f"{', '.join(sorted(KNOWN_GROUPS))}"
                 )
+        errors += _near_misses(where, data)
         inline = _inline_secrets(data)
         for path in inline:
             errors.append(
@@ -1159,6 +1181,10 @@ def _module_settings(path: str | os.PathLike, module_globals: Mapping[str, Any])
                               type)) or callable(value):
             continue
         where = f"{path}:{lines[key]}" if key in lines else str(path)
+        if key in KNOWN_GROUPS and isinstance(value, str):
+            errors.append(f"{where}: {key}: a group is a list of host names: "
+                          f"{key} = [{value!r}]")
+            continue
         errors.append(
             f"{where}: {key}: a module-level variable is not a setting (pyinfra reads only "
             "lists and tuples here, as groups, and ignores the rest); put it in the data of "

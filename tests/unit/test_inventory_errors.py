@@ -883,6 +883,19 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "n1", "ssh_hostname",
         "Field required",
     ),
+    # -- a field's name nearly right: the field would keep its default ------------
+    (
+        "host-field-misspelt",
+        [("n1.hardwre", {"cpus": 4})],
+        "n1", "hardwre",
+        "not a host or cluster field; did you mean hardware?",
+    ),
+    (
+        "cluster-field-misspelt",
+        [("all.network", {"management": {"subnet": "192.0.2.0/24"}})],
+        "n1", "network",
+        "not a host or cluster field; did you mean networks?",
+    ),
     # -- networks against each other, addresses against their network ------------
     (
         "networks-overlap",

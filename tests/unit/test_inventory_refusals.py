@@ -51,6 +51,7 @@ CLASSES = [
     "cluster-setting-odd-on-the-first-host",
     "ray-setting-odd-on-the-first-host",
     "two-ray-heads",
+    "host-field-misspelt",
 ]
 BY_ID = {case[0]: case for case in CASES}
 
@@ -152,6 +153,17 @@ def test_a_module_level_setting_is_refused_everywhere(spec, tmp_path):
         "reads only lists and tuples here, as groups, and ignores the rest); put it in the "
         "data of 'all' (all = (hosts, {...})), of a group, or in group_data/all.py, or name "
         "it with a leading '_' if it is a helper"
+    ]
+
+
+def test_a_group_written_as_a_string_is_refused(spec, tmp_path):
+    path = spec.write()
+    lines = path.read_text().splitlines()
+    lines.insert(3, 'monitoring = "n1"')
+    path.write_text("\n".join(lines) + "\n")
+    report = _assert_same_refusal(_refusals(path, tmp_path))
+    assert report[1:] == [
+        f"  - {path}:4: monitoring: a group is a list of host names: monitoring = ['n1']"
     ]
 
 
