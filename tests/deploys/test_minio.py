@@ -695,6 +695,36 @@ def test_a_stopped_server_is_started_and_waited_for_not_restarted(cache):
     assert _guarded(p, "stor1") == set()
 
 
+def test_a_changed_tls_file_restarts_that_server(cache, tmp_path):
+    local = {}
+    for dest, name, mode in (("public.crt", "stor.crt", 644), ("private.key", "stor.key", 600),
+                             ("CAs/aicluster-ca.crt", "ca.crt", 644)):
+        path = tmp_path / name
+        path.write_text(f"stand-in {name} (test fixture)\n")
+        local[f"/etc/minio/certs/{dest}"] = (path, mode)
+    hosts = _four(minio_tls_cert_file=str(local["/etc/minio/certs/public.crt"][0]),
+                  minio_tls_key_file=str(local["/etc/minio/certs/private.key"][0]),
+                  minio_tls_ca_file=str(local["/etc/minio/certs/CAs/aicluster-ca.crt"][0]))
+    facts = _apt_fresh(_deployed(cache, hosts, _plan(hosts, cache)))
+    for name in facts:
+        # The node holds the certificates the deploy copied; stor3 an older one.
+        file_fact, sha1 = facts[name]["File"], facts[name]["Sha1File"]
+        older = name == "stor3"
+        facts[name]["File"] = lambda path, file_fact=file_fact, **kw: (
+            {"mode": local[path][1], "user": "minio-user", "group": "minio-user"}
+            if path in local else file_fact(path, **kw))
+        facts[name]["Sha1File"] = lambda path, sha1=sha1, older=older, **kw: (
+            hashlib.sha1(b"older" if older and path.endswith("public.crt") else
+                         local[path][0].read_bytes()).hexdigest()
+            if path in local else sha1(path, **kw))
+    p = _plan(hosts, cache, facts)
+    assert p.op("stor3", "TLS public.crt").commands
+    assert _guarded(p, "stor3") == {RESTART, WAIT}
+    for name in ("stor1", "stor2", "stor4"):
+        assert not p.op(name, "TLS public.crt").commands, name
+        assert _guarded(p, name) == set(), name
+
+
 @pytest.mark.parametrize("distro", sorted(DISTRIBUTIONS))
 def test_every_supported_system_plans(cache, distro):
     p = _plan(_four(), cache, distro=distro)
