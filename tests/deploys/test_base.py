@@ -8,7 +8,7 @@ from __future__ import annotations
 from aicluster.components.base import deploy as base
 from aicluster.components.base import derive as base_derive
 from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS, HOSTS
-from tests.deploys.harness import plan
+from tests.deploys.harness import NodeFile, file_facts, plan
 
 
 def _plan(distro, extra=None, facts=None):
@@ -49,15 +49,81 @@ def test_bare_host_gets_every_base_piece(distro):
         assert "ops ALL=(ALL:ALL) NOPASSWD: ALL" in p.upload(host, base_derive.SUDOERS_FILE)
 
 
-def test_restarts_only_follow_changes(distro):
+RESTART_CHRONY = "Restart chrony (configuration changed)"
+RELOAD_UNITS = "Reload systemd units"
+APPLY_SYSCTLS = "Apply network sysctls"
+REEXEC = "Reload systemd's manager limits"
+FIREWALL = "Firewall loaded and enabled"
+GUARDED = (RESTART_CHRONY, RELOAD_UNITS, APPLY_SYSCTLS, REEXEC, FIREWALL)
+DROPIN = "/etc/systemd/system/chrony.service.d/aicluster-container.conf"
+RUNNING = {f"{u}.service": True for u in ("chrony", "chronyd", "nftables", "apt-cacher-ng")}
+
+
+def _rerun(changed=None, container=False, extra_files=None):
+    """debian12 planned again on nodes holding what the first plan wrote, with the
+    services running; ``changed`` replaces a file on gpu1 first (path -> text),
+    ``extra_files`` adds files there that the first plan did not write."""
+    virt = {"ContainerVirt": "systemd-nspawn"} if container else {}
+    first = _plan("debian12", facts={h: virt for h, _ in HOSTS})
+    facts = {}
+    for h, _ in HOSTS:
+        files = first.files(h)
+        if h == "gpu1":
+            for path, text in (changed or {}).items():
+                files[path].content = text.encode()
+            files.update({path: NodeFile(text.encode())
+                          for path, text in (extra_files or {}).items()})
+        facts[h] = {**file_facts(files), "SystemdStatus": RUNNING, "SystemdEnabled": RUNNING,
+                    **virt}
+    return _plan("debian12", facts=facts)
+
+
+def _running(p, host="gpu1"):
+    """The guarded (``_if``) operations that run on ``host``; the others must be skipped."""
+    ran = {name for name in GUARDED if p.op(host, name).runs}
+    for name in set(GUARDED) - ran:
+        assert p.op(host, name).skipped, (host, name)
+    return ran
+
+
+def test_a_first_install_applies_and_starts_everything(distro):
     p = _plan(distro)
-    for op_name in (
-        "Restart chrony (configuration changed)",
-        "Apply network sysctls",
-        "Reload systemd's manager limits",
-        "Firewall loaded and enabled",
-    ):
-        assert p.op("gpu1", op_name).conditional, op_name
+    assert _running(p) == set(GUARDED) - {RELOAD_UNITS}  # no container drop-in to remove
+
+
+def test_a_second_run_restarts_and_reloads_nothing():
+    for container in (False, True):
+        p = _rerun(container=container)
+        for host in ("head", "gpu1"):
+            assert _running(p, host) == set(), (container, host)
+
+
+def test_each_change_runs_only_what_it_needs():
+    cases = [
+        ("/etc/chrony/chrony.conf", {RESTART_CHRONY}),
+        (base_derive.SYSCTL_FILE, {APPLY_SYSCTLS}),
+        (base_derive.SYSTEMD_LIMITS_FILE, {REEXEC}),
+        # A firewall change is reloaded into nftables, not restarted.
+        ("/etc/nftables.conf", {FIREWALL}),
+        # Files with no follow-up.
+        (base_derive.LIMITS_FILE, set()),
+        ("/etc/hosts", set()),
+    ]
+    for path, wanted in cases:
+        p = _rerun(changed={path: "# an older file\n"})
+        assert _running(p) == wanted, path
+        assert _running(p, "head") == set(), path
+    fw = _rerun(changed={"/etc/nftables.conf": "# older rules\n"}).op("gpu1", FIREWALL)
+    assert fw.commands == ["systemctl reload nftables.service"], fw.commands
+
+
+def test_chrony_restarts_after_its_container_drop_in_changed_or_went():
+    p = _rerun(container=True, changed={DROPIN: "# older\n"})
+    assert _running(p) == {RELOAD_UNITS, RESTART_CHRONY}
+    assert p.op("gpu1", RELOAD_UNITS).index < p.op("gpu1", RESTART_CHRONY).index
+    # No longer in a container: the drop-in is removed, and chrony restarts without it.
+    p = _rerun(extra_files={DROPIN: "# from a container run\n"})
+    assert _running(p) == {RELOAD_UNITS, RESTART_CHRONY}
 
 
 def test_debian_family_uses_apt_through_the_package_cache():

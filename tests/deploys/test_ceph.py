@@ -449,6 +449,79 @@ def test_adding_an_osd_host_touches_only_that_host(secret):
     assert p.upload("ceph4", "/etc/ceph/ceph.conf") == first.upload("ceph1", "/etc/ceph/ceph.conf")
 
 
+RELOAD_OSD_UNIT = "Reload systemd units (OSD unit changed)"
+RELOAD_FSTAB = "Reload systemd units (fstab changed)"
+OSD_UNIT_PATH = f"/etc/systemd/system/{ceph_derive.OSD_UNIT}"
+
+
+def _re_run(secret, change=None):
+    """The cluster planned again where the same plan ran; ``change(facts)`` alters
+    what a node holds first."""
+    hosts, groups = _three()
+    facts = _deployed(secret, hosts, groups, _plan(hosts, groups, secret))
+    if change:
+        change(facts)
+    return hosts, _plan(hosts, groups, secret, facts)
+
+
+def _holds_other(facts, name, dest):
+    """``name`` holds another file at ``dest`` than the deploy wrote."""
+    sha1 = facts[name]["Sha1File"]
+    facts[name]["Sha1File"] = lambda path, **kw: (
+        hashlib.sha1(b"# older\n").hexdigest() if path == dest else sha1(path, **kw))
+
+
+def _guarded(p, name):
+    """The ``_if`` operations that run on ``name``; the others must be skipped."""
+    ops = [op for op in p.ops[name] if op.conditional]
+    for op in ops:
+        assert op.runs != op.skipped, op
+    return {op.name for op in ops if op.runs}
+
+
+def test_a_re_run_reloads_nothing(secret):
+    hosts, p = _re_run(secret)
+    for name in ("ceph1", "ceph2", "ceph3"):
+        assert p.op(name, RELOAD_OSD_UNIT).skipped, name
+    assert p.op("client1", RELOAD_FSTAB).skipped
+    for name, _ in hosts:
+        assert _guarded(p, name) == set(), name
+
+
+def test_a_changed_osd_unit_reloads_systemd_on_that_host_only(secret):
+    hosts, p = _re_run(secret, lambda facts: _holds_other(facts, "ceph2", OSD_UNIT_PATH))
+    assert _guarded(p, "ceph2") == {RELOAD_OSD_UNIT}
+    assert p.op("ceph2", RELOAD_OSD_UNIT).index > p.op("ceph2",
+                                                      "Start the OSDs at boot (unit)").index
+    # The running OSDs are left alone: the unit only starts them at boot.
+    assert p.changing("ceph2") == ["Start the OSDs at boot (unit)", RELOAD_OSD_UNIT]
+    for name in ("ceph1", "ceph3", "client1"):
+        assert _guarded(p, name) == set(), name
+
+
+def test_a_changed_fstab_line_reloads_systemd_on_the_client(secret):
+    def change(facts):
+        facts["client1"]["FindInFile"] = lambda path, **kw: (
+            ["ceph-fuse /mnt/old fuse.ceph-fuse defaults 0 0"] if path == "/etc/fstab" else [])
+
+    hosts, p = _re_run(secret, change)
+    assert _guarded(p, "client1") == {RELOAD_FSTAB}
+    for name in ("ceph1", "ceph2", "ceph3"):
+        assert _guarded(p, name) == set(), name
+
+
+def test_a_changed_ceph_conf_restarts_and_reloads_nothing(secret):
+    def change(facts):
+        for name in facts:
+            _holds_other(facts, name, ceph_derive.CONF)
+
+    hosts, p = _re_run(secret, change)
+    for name, _ in hosts:
+        # Rewritten, and nothing else: the daemons read it when next restarted.
+        assert p.changing(name) == ["ceph.conf"], (name, p.changing(name))
+        assert _guarded(p, name) == set(), name
+
+
 @pytest.mark.parametrize("distro", ["ubuntu2204", "ubuntu2404"])
 def test_ubuntu_installs_ceph_volume_beside_the_osd(secret, distro):
     hosts, groups = _three()

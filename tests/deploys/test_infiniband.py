@@ -17,7 +17,7 @@ from pyinfra.api.exceptions import DeployError
 from aicluster.components.infiniband import deploy as infiniband
 from aicluster.components.infiniband import derive as infiniband_derive
 from tests.deploys.conftest import DISTRIBUTIONS
-from tests.deploys.harness import plan
+from tests.deploys.harness import file_facts, plan
 
 CLUSTER = {
     "cluster_name": "demo",
@@ -53,6 +53,8 @@ HOSTS = [
     ("cpu1", {"ssh_hostname": "10.10.0.31", "infiniband_opensm_priority": 13}),
 ]
 GROUPS = {"ib_nodes": [name for name, _ in HOSTS]}
+RESTART_SM = "Restart opensm (its configuration changed)"
+LOAD_IPOIB = "Load the IPoIB module now"
 
 
 def _ports(netdev="ibp12s0"):
@@ -102,7 +104,8 @@ def test_opensm_primary_and_standby_with_their_priorities(distro):
     assert "sweep_interval 10\n" in standby
     for name in ("gpu1", "gpu2"):
         assert "opensm running and enabled" in p.names(name)
-        assert p.op(name, "Restart opensm (its configuration changed)").conditional
+        # A first install: opensm.conf is new, so opensm (re)starts with it.
+        assert p.op(name, RESTART_SM).runs
     assert "opensm running and enabled" not in p.names("gpu3")
 
 
@@ -158,6 +161,47 @@ def test_a_second_run_changes_nothing():
     again = _plan(files=files)
     for name, _ in HOSTS:
         assert not any(n.startswith("IPoIB: apply") for n in again.names(name)), name
+
+
+def _rerun(changed=None, distro="debian12"):
+    """A plan made again on nodes holding what the first plan wrote (with its owner and
+    mode) and opensm running; ``changed`` replaces a node's file first (host -> path ->
+    text)."""
+    first = _plan(distro)
+    facts = _facts(distro, HOSTS)
+    for name, _ in HOSTS:
+        files = first.files(name)
+        for path, text in (changed or {}).get(name, {}).items():
+            files[path].content = text.encode()
+        facts[name].update(file_facts(files))
+        facts[name]["SystemdStatus"] = {"opensm.service": True}
+        facts[name]["SystemdEnabled"] = {"opensm.service": True}
+    return plan(HOSTS, GROUPS, CLUSTER, facts, infiniband.deploy)
+
+
+def test_opensm_restarts_only_where_its_configuration_changed():
+    conf = "/etc/opensm/opensm.conf"
+    again = _rerun()
+    for name in ("gpu1", "gpu2"):
+        assert not any(n.startswith("Write opensm.conf") for n in again.changing(name))
+        assert again.op(name, RESTART_SM).skipped, f"{name}: opensm.conf is unchanged"
+    p = _rerun(changed={"gpu2": {conf: "sm_priority 1\n"}})
+    restart = p.op("gpu2", RESTART_SM)
+    assert restart.runs, "gpu2's opensm.conf changed: opensm restarts"
+    assert restart.commands == ["systemctl restart opensm.service"]
+    assert p.op("gpu1", RESTART_SM).skipped, "gpu1's opensm.conf is unchanged"
+
+
+def test_the_ipoib_module_is_loaded_only_when_its_boot_file_changed():
+    again = _rerun()
+    for name in ("gpu1", "gpu2", "gpu3"):
+        assert again.op(name, LOAD_IPOIB).skipped, name
+        assert "Load the IPoIB module at boot" not in again.changing(name), name
+    p = _rerun(changed={"gpu3": {infiniband_derive.IPOIB_MODULES_FILE: "# older\n"}})
+    load = p.op("gpu3", LOAD_IPOIB)
+    assert load.runs and "modprobe ib_ipoib" in load.text
+    for name in ("gpu1", "gpu2"):
+        assert p.op(name, LOAD_IPOIB).skipped, name
 
 
 def test_a_switch_run_fabric_has_no_opensm():

@@ -600,6 +600,129 @@ def test_a_server_still_running_a_replaced_binary_restarts_all(cache):
     p = _plan(hosts, cache, facts)
     for name, _ in hosts:
         assert not p.op(name, RESTART).conditional
+        assert p.op(name, RESTART).runs and p.op(name, WAIT).runs
+
+
+WAIT = "Wait until MinIO answers (/minio/health/live)"
+RELOAD_UNIT = "Reload systemd units (MinIO unit changed)"
+UNIT = "/etc/systemd/system/minio.service"
+
+
+def _second_run(cache, change=None):
+    """Four servers planned again where the same plan ran; ``change(facts)`` alters
+    what a node holds first."""
+    hosts = _four()
+    facts = _apt_fresh(_deployed(cache, hosts, _plan(hosts, cache)))
+    if change:
+        change(facts)
+    return hosts, _plan(hosts, cache, facts)
+
+
+def _holds(facts, name, dest, body: bytes):
+    """``name`` holds ``body`` at ``dest`` instead of what the deploy wrote."""
+    previous = facts[name]["Sha1File"]
+    facts[name]["Sha1File"] = lambda path, **kw: (
+        hashlib.sha1(body).hexdigest() if path == dest else previous(path, **kw))
+
+
+def _guarded(p, name):
+    """The ``_if`` operations that run on ``name``; the others must be skipped."""
+    ops = [op for op in p.ops[name] if op.conditional]
+    assert {RESTART, WAIT, RELOAD_UNIT} <= {op.name for op in ops}
+    for op in ops:
+        assert op.runs != op.skipped, op
+    return {op.name for op in ops if op.runs}
+
+
+def test_a_second_run_restarts_reloads_and_waits_for_nothing(cache):
+    hosts, p = _second_run(cache)
+    for name, _ in hosts:
+        assert _guarded(p, name) == set(), name
+        assert any(op.name.startswith("Reload systemd units (fstab:") for op in p.ops[name])
+
+
+def test_a_changed_unit_reloads_systemd_and_restarts_every_server(cache):
+    def change(facts):
+        for name in facts:
+            _holds(facts, name, UNIT, b"[Service]\n")
+
+    hosts, p = _second_run(cache, change)
+    for name, _ in hosts:
+        assert _guarded(p, name) == {RELOAD_UNIT, RESTART, WAIT}, name
+        assert p.op(name, RELOAD_UNIT).index < p.op(name, RESTART).index \
+            < p.op(name, WAIT).index
+        assert p.op(name, RESTART).commands == [minio_derive.restart_command(300)]
+
+
+def test_changed_settings_or_link_restart_that_server_without_reloading_systemd(cache):
+    for change in (
+        lambda facts: _holds(facts, "stor2", ENV_FILE, b"MINIO_VOLUMES=older\n"),
+        lambda facts: facts["stor2"].update(Link=lambda path, **kw: {
+            "link_target": "/usr/local/bin/minio.RELEASE.0.9.0", "user": "root",
+            "group": "root"} if path == "/usr/local/bin/minio" else None),
+    ):
+        hosts, p = _second_run(cache, change)
+        assert _guarded(p, "stor2") == {RESTART, WAIT}
+        for name in ("stor1", "stor3", "stor4"):
+            assert _guarded(p, name) == set(), name
+
+
+def test_a_changed_fstab_line_reloads_systemd_and_restarts_nothing(cache):
+    def change(facts):
+        lines = {"/mnt/minio1": "UUID=0000 /mnt/minio1 xfs defaults 0 0"}
+        facts["stor3"]["FindInFile"] = lambda path, pattern, **kw: [
+            line for line in lines.values() if re.search(pattern.replace("[:space:]", r"\s"),
+                                                         line)] if path == "/etc/fstab" else []
+
+    hosts, p = _second_run(cache, change)
+    reloads = {op.name for op in p.ops["stor3"] if op.name.startswith("Reload systemd units ("
+                                                                     "fstab:")}
+    assert reloads == {"Reload systemd units (fstab: /mnt/minio1)",
+                       "Reload systemd units (fstab: /mnt/minio2)"}
+    # minio1's line is replaced; minio2's is missing and added.
+    assert _guarded(p, "stor3") == reloads
+    assert _guarded(p, "stor1") == set()
+
+
+def test_a_stopped_server_is_started_and_waited_for_not_restarted(cache):
+    def change(facts):
+        facts["stor4"]["MinioState"] = {**facts["stor4"]["MinioState"], "active": "inactive"}
+
+    hosts, p = _second_run(cache, change)
+    assert p.op("stor4", "Start MinIO").runs
+    assert _guarded(p, "stor4") == {WAIT}
+    assert "Start MinIO" not in p.names("stor1")
+    assert _guarded(p, "stor1") == set()
+
+
+def test_a_changed_tls_file_restarts_that_server(cache, tmp_path):
+    local = {}
+    for dest, name, mode in (("public.crt", "stor.crt", 644), ("private.key", "stor.key", 600),
+                             ("CAs/aicluster-ca.crt", "ca.crt", 644)):
+        path = tmp_path / name
+        path.write_text(f"stand-in {name} (test fixture)\n")
+        local[f"/etc/minio/certs/{dest}"] = (path, mode)
+    hosts = _four(minio_tls_cert_file=str(local["/etc/minio/certs/public.crt"][0]),
+                  minio_tls_key_file=str(local["/etc/minio/certs/private.key"][0]),
+                  minio_tls_ca_file=str(local["/etc/minio/certs/CAs/aicluster-ca.crt"][0]))
+    facts = _apt_fresh(_deployed(cache, hosts, _plan(hosts, cache)))
+    for name in facts:
+        # The node holds the certificates the deploy copied; stor3 an older one.
+        file_fact, sha1 = facts[name]["File"], facts[name]["Sha1File"]
+        older = name == "stor3"
+        facts[name]["File"] = lambda path, file_fact=file_fact, **kw: (
+            {"mode": local[path][1], "user": "minio-user", "group": "minio-user"}
+            if path in local else file_fact(path, **kw))
+        facts[name]["Sha1File"] = lambda path, sha1=sha1, older=older, **kw: (
+            hashlib.sha1(b"older" if older and path.endswith("public.crt") else
+                         local[path][0].read_bytes()).hexdigest()
+            if path in local else sha1(path, **kw))
+    p = _plan(hosts, cache, facts)
+    assert p.op("stor3", "TLS public.crt").commands
+    assert _guarded(p, "stor3") == {RESTART, WAIT}
+    for name in ("stor1", "stor2", "stor4"):
+        assert not p.op(name, "TLS public.crt").commands, name
+        assert _guarded(p, name) == set(), name
 
 
 @pytest.mark.parametrize("distro", sorted(DISTRIBUTIONS))

@@ -296,6 +296,39 @@ def test_nic_tuning_raises_ring_buffers_of_fast_nics_only():
     assert "No NIC tuning unit" in p.names("head")
 
 
+def _rerun(distro="debian12", changed=None):
+    """A plan made again on nodes holding what the first plan wrote; ``changed``
+    replaces a node's file first (host -> path -> text)."""
+    first = _plan(distro)
+    files = {name: _written(first, name) for name, _ in HOSTS}
+    for name, paths in (changed or {}).items():
+        files[name].update(paths)
+    listing = {name: sorted(d for d in files[name] if "nic-tuning" not in d)
+               for name, _ in HOSTS}
+    return _plan(distro, files=files, listing=listing)
+
+
+APPLY_TUNING = "Apply the NIC tuning now (it changed)"
+RELOAD = "Reload systemd units"
+
+
+def test_nic_tuning_is_applied_only_after_its_script_or_unit_changed():
+    again = _rerun()
+    assert again.op("storage1", APPLY_TUNING).skipped
+    assert again.op("storage1", RELOAD).skipped
+    # A changed script: applied again; the unit is the same, so no daemon-reload.
+    p = _rerun(changed={"storage1": {network_derive.TUNING_SCRIPT: "#!/bin/sh\n"}})
+    apply = p.op("storage1", APPLY_TUNING)
+    assert apply.runs, "the tuning script changed: the tuning is applied now"
+    assert apply.commands == ["systemctl restart aicluster-nic-tuning.service"]
+    assert p.op("storage1", RELOAD).skipped, "the unit did not change"
+    # A changed unit: reloaded, then applied.
+    p = _rerun(changed={"storage1": {network_derive.TUNING_UNIT: "[Unit]\n"}})
+    reload_, apply = p.op("storage1", RELOAD), p.op("storage1", APPLY_TUNING)
+    assert reload_.runs and apply.runs, "the tuning unit changed"
+    assert reload_.index < apply.index
+
+
 def test_a_host_without_cluster_nics_is_left_alone():
     hosts = [("bare", {"ssh_hostname": "10.10.0.50"})]
     NODE_NICS["bare"] = [("eno1", "3c:ec:ef:00:00:50")]

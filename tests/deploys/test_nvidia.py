@@ -184,7 +184,7 @@ def test_h100_nvswitch_first_install_debian_family(distro):
     names = p.names("gpu1")
     update = names.index("Read the CUDA repository's index (it was just added or changed)")
     assert update < names.index(install.name)
-    assert p.op("gpu1", names[update]).conditional
+    assert p.op("gpu1", names[update]).runs, "a new repository: its index is read"
 
 
 def test_h100_nvswitch_first_install_rocky9():
@@ -478,6 +478,34 @@ def test_peermem_can_be_turned_off():
     assert "Load nvidia-peermem at boot (RDMA devices here)" not in p.names("gpu1")
 
 
+REPO_INDEX = "Read the CUDA repository's index (it was just added or changed)"
+REPO_LIST = "/etc/apt/sources.list.d/aicluster-nvidia-cuda.list"
+
+
+@pytest.mark.parametrize("distro", ["ubuntu2204", "debian12"])
+def test_the_repository_index_is_read_only_when_the_repository_changed(distro):
+    facts, nodes = _deployed(distro)
+    p = _plan(distro, nodes=nodes, facts=facts)
+    for name in GPUS:
+        update = p.op(name, REPO_INDEX)
+        assert update.skipped, f"{name}: the repository is unchanged"
+    # gpu1 names another mirror (the inventory changed since): its list is rewritten.
+    older = p.op("gpu1", f"NVIDIA CUDA repository ({distro})")
+    assert not older.commands
+    sha1 = facts["gpu1"]["Sha1File"]
+    older_list = hashlib.sha1(b"deb https://old-mirror.example.org/cuda/ /\n").hexdigest()
+    facts["gpu1"]["Sha1File"] = lambda path, **kw: (
+        older_list if path == REPO_LIST else sha1(path, **kw))
+    p = _plan(distro, nodes=nodes, facts=facts)
+    assert REPO_LIST in p.op("gpu1", f"NVIDIA CUDA repository ({distro})").text
+    update = p.op("gpu1", REPO_INDEX)
+    assert update.runs and "apt-get update" in update.text
+    assert update.index > p.op("gpu1", f"NVIDIA CUDA repository ({distro})").index
+    for name in GPUS:
+        if name != "gpu1":
+            assert p.op(name, REPO_INDEX).skipped, name
+
+
 # --- container runtimes ------------------------------------------------------------------
 
 
@@ -490,6 +518,11 @@ def test_container_toolkit_configures_the_runtimes_present():
     configured = {n: [*out, "runtime_nvidia=containerd", "runtime_nvidia=docker"]
                   for n, out in nodes.items()}
     assert not _plan(nodes=configured, facts=facts).changing("gpu1")
+    # One runtime configured, the other new: only the new one is configured and restarted.
+    half = {n: [*out, "runtime_nvidia=containerd"] for n, out in nodes.items()}
+    p = _plan(nodes=half, facts=facts)
+    assert [n for n in p.changing("gpu1") if n.startswith("Configure")] == [
+        "Configure docker for NVIDIA GPUs (nvidia-container-toolkit)"]
 
 
 # --- the fact's parser and the inventory checks ------------------------------------------

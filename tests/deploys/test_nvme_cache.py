@@ -154,7 +154,7 @@ def test_several_drives_are_planned_as_raid0_recorded_in_mdadm_conf(distro):
     conf = p.upload("gpu1", MDADM_CONF[distro])
     assert_golden(GOLDEN / "aicluster-nvme-cache.conf", conf)
     initramfs = p.op("gpu1", "Rebuild the initramfs (it carries mdadm's configuration)")
-    assert initramfs.conditional
+    assert initramfs.runs, "mdadm's record is new: the initramfs is rebuilt"
     assert initramfs.text == ("dracut -f" if distro == "rocky9" else "update-initramfs -u")
     mkfs = p.op("gpu1", "Make the cache's XFS on /dev/md/aicluster-nvme-cache").text
     assert mkfs.endswith(" /dev/md/aicluster-nvme-cache")
@@ -357,7 +357,7 @@ def test_a_deployed_cache_plans_no_change():
     }}
     p = _plan(hosts, facts)
     assert not p.changing("gpu1"), p.changing("gpu1")
-    assert p.op("gpu1", "Remount /mnt/nvme-cache with the options of fstab").conditional
+    assert p.op("gpu1", REMOUNT).skipped
 
 
 def _existing(files: dict[str, str]):
@@ -383,6 +383,91 @@ def _existing(files: dict[str, str]):
     return {"File": file_fact, "Sha1File": sha1_fact, "Directory": directory_fact}
 
 
+INITRAMFS = "Rebuild the initramfs (it carries mdadm's configuration)"
+RELOAD_FSTAB = "Reload systemd units (fstab changed)"
+REMOUNT = "Remount /mnt/nvme-cache with the options of fstab"
+REEXEC = "Reload systemd's manager environment"
+RESTART_CFD = "Restart cachefilesd (its configuration changed)"
+GUARDED = (INITRAMFS, RELOAD_FSTAB, REMOUNT, REEXEC, RESTART_CFD)
+CACHE_UUID = "11111111-2222-3333-4444-555555555555"
+CACHE_LINE = f"UUID={CACHE_UUID} /mnt/nvme-cache xfs noatime,nofail 0 0"
+
+
+def _deployed_plan(raid=False, changed=None, fstab=CACHE_LINE, run="RUN=yes"):
+    """A re-run on a node whose cache (one drive, or a RAID0 of two) is made, mounted
+    and in fstab as ``fstab``, with FS-Cache, holding what a run writes (``changed``
+    replaces a file first: path -> text) and cachefilesd's default file saying ``run``."""
+    hosts = [_gpu("gpu1", 21, [{"device": A}, {"device": B}] if raid else [{"device": A}],
+                  nvme_cache_fscache=True)]
+    xfs = _sig("xfs", "nvme-cache", CACHE_UUID)
+    if raid:
+        member = _sig("linux_raid_member", "gpu1:aicluster-nvme-cache")
+        md = _disk("/dev/md127", mountpoints=["/mnt/nvme-cache"], kind="raid0")
+        devices = {A: _record(REAL[A], [member], holders=["md127"]),
+                   B: _record(REAL[B], [member], holders=["md127"]),
+                   "/dev/md/aicluster-nvme-cache": _record("/dev/md127", [xfs])}
+        tree, source = [_disk(REAL[A], [md]), _disk(REAL[B], [md])], "/dev/md127"
+    else:
+        devices = {A: _record(REAL[A], [xfs])}
+        tree, source = [_disk(REAL[A], mountpoints=["/mnt/nvme-cache"])], REAL[A]
+    block = _fact(devices, tree, {"/mnt/nvme-cache": {"source": source, "fstype": "xfs"}})
+    fresh = _plan(hosts, {"gpu1": {"BlockDevices": block}})
+    files = {dest: f.content.decode() for dest, f in fresh.files("gpu1").items()}
+    assert set(changed or {}) <= set(files), sorted(files)
+    files.update(changed or {})
+    lines = {FSTAB: [fstab], nvme_cache_derive.CACHEFILESD_DEFAULT: [run]}
+    running = {"cachefilesd.service": True}
+    facts = {"gpu1": {
+        "BlockDevices": block,
+        "FindInFile": lambda path, **kw: lines.get(path, []),
+        "SystemdStatus": running, "SystemdEnabled": running,
+        **_existing(files),
+    }}
+    return _plan(hosts, facts)
+
+
+def _guarded_running(p):
+    """The guarded (``_if``) operations that run on gpu1; the others are skipped."""
+    present = [name for name in GUARDED if name in p.names("gpu1")]
+    ran = {name for name in present if p.op("gpu1", name).runs}
+    for name in set(present) - ran:
+        assert p.op("gpu1", name).skipped, name
+    return ran
+
+
+def test_a_deployed_cache_re_run_reloads_remounts_and_restarts_nothing():
+    for raid in (False, True):
+        p = _deployed_plan(raid)
+        assert set(GUARDED) - {INITRAMFS} <= set(p.names("gpu1"))
+        assert (INITRAMFS in p.names("gpu1")) == raid
+        assert _guarded_running(p) == set(), raid
+
+
+def test_each_change_runs_only_what_it_needs():
+    older = "UUID=11111111-2222-3333-4444-555555555555 /mnt/nvme-cache xfs defaults 0 0"
+    p = _deployed_plan(fstab=older)
+    assert _guarded_running(p) == {RELOAD_FSTAB, REMOUNT}
+    assert p.op("gpu1", REMOUNT).commands == ["mount -o remount /mnt/nvme-cache"]
+    cases = [
+        (nvme_cache_derive.SYSTEMD_ENV_FILE, {REEXEC}),
+        (nvme_cache_derive.CACHEFILESD_CONF, {RESTART_CFD}),
+        (nvme_cache_derive.PROFILE_FILE, set()),
+    ]
+    for path, wanted in cases:
+        assert _guarded_running(_deployed_plan(changed={path: "# older\n"})) == wanted, path
+    # Debian's default file did not let cachefilesd run: it restarts once it may.
+    assert _guarded_running(_deployed_plan(run="#RUN=yes")) == {RESTART_CFD}
+    changed = {nvme_cache_derive.CACHEFILESD_CONF: "# older\n"}
+    restart = _deployed_plan(changed=changed).op("gpu1", RESTART_CFD)
+    assert restart.commands == ["systemctl restart cachefilesd.service"]
+
+
+def test_a_changed_mdadm_record_rebuilds_the_initramfs_only():
+    p = _deployed_plan(raid=True, changed={MDADM_CONF["debian12"]: "# older\n"})
+    assert _guarded_running(p) == {INITRAMFS}
+    assert p.op("gpu1", INITRAMFS).commands == ["update-initramfs -u"]
+
+
 def test_cache_directories_and_the_environment_tools_read():
     hosts = [_gpu("gpu1", 21, [{"device": A}])]
     p = _plan(hosts, {"gpu1": {"BlockDevices": _fact(_empty(A))}})
@@ -399,7 +484,7 @@ def test_cache_directories_and_the_environment_tools_read():
     assert_golden(GOLDEN / "90-aicluster-nvme-cache.conf", env)
     assert "OLLAMA_MODELS=/mnt/nvme-cache/ollama" in env
     reexec = p.op("gpu1", "Reload systemd's manager environment")
-    assert reexec.conditional and reexec.text == "systemctl daemon-reexec"
+    assert reexec.runs and reexec.text == "systemctl daemon-reexec"
     names = p.names("gpu1")
     assert names.index("Mount the cache at /mnt/nvme-cache") < names.index(
         "Cache directory /mnt/nvme-cache/huggingface")
@@ -413,7 +498,7 @@ def test_fscache_runs_cachefilesd_with_its_cache_on_the_nvme():
     assert_golden(GOLDEN / "cachefilesd.conf", conf)
     assert conf.startswith("# Written by aicluster") and "dir /mnt/nvme-cache/fscache\n" in conf
     assert "RUN=yes" in p.op("gpu1", "cachefilesd enabled (Debian's RUN=yes)").text
-    assert p.op("gpu1", "Restart cachefilesd (its configuration changed)").conditional
+    assert p.op("gpu1", RESTART_CFD).runs
     assert "systemctl start cachefilesd.service" in p.op(
         "gpu1", "cachefilesd running and enabled").text
     # Without it (the default), no cachefilesd.

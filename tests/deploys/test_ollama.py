@@ -42,6 +42,14 @@ APT_STAMP = "/var/lib/apt/periodic/update-success-stamp"
 NOW = datetime(2026, 1, 1, 12, 0)
 ARCHIVE = "ollama-linux-amd64.tgz"
 GOLDEN = GOLDEN_DIR / "ollama"
+RESTART = "Restart Ollama (its release, unit or settings changed)"
+RELOAD = "Reload systemd units"
+UNPACK_AGAIN = f"Unpack Ollama {VERSION} (its archive changed)"
+SERVER_GUARDED = (UNPACK_AGAIN, RELOAD, RESTART)
+CHECK_NGINX = "Check nginx's configuration"
+RELOAD_NGINX = "Reload nginx (the gateway changed)"
+GATEWAY_GUARDED = (CHECK_NGINX, RELOAD_NGINX)
+DEFAULT_SITE = "/etc/nginx/sites-enabled/default"
 
 
 def _host(name: str, n: int, **hardware: Any) -> tuple[str, dict]:
@@ -154,8 +162,10 @@ def _running(*units):
     return lambda **kw: {u: True for u in units}
 
 
-def _deployed(cache, version=VERSION, models=(), extra=None):
-    """Every node as the deploy leaves it with ``version`` (and ``models``)."""
+def _deployed(cache, version=VERSION, models=(), extra=None, changed=None, relinked=None):
+    """Every node as the deploy leaves it with ``version`` (and ``models``); ``changed``
+    then replaces a node's files (host -> path -> bytes), ``relinked`` its links (host ->
+    path -> target)."""
     fresh = _plan(cache, extra={"ollama_version": version, **(extra or {})})
     facts = {}
     for name, _ in HOSTS:
@@ -174,6 +184,8 @@ def _deployed(cache, version=VERSION, models=(), extra=None):
                          addresses=addresses)
         else:
             files[GATEWAY] = fresh.upload(name, GATEWAY).encode()
+        files.update((changed or {}).get(name, {}))
+        links.update((relinked or {}).get(name, {}))
         facts[name] = {
             "OllamaNode": node,
             "SystemdStatus": _running("ollama.service", "nginx.service"),
@@ -214,7 +226,8 @@ def test_servers_get_the_release_the_unit_and_the_dropin(cache, distro):
         assert "0.0.0.0" not in dropin
         assert 'Environment="OLLAMA_KEEP_ALIVE=5m"\n' in dropin
         assert 'Environment="OLLAMA_NUM_PARALLEL=4"\n' in dropin
-        assert p.op(name, "Restart Ollama (its release, unit or settings changed)").conditional
+        # A first install: the restart (a start here) runs after the new unit.
+        assert p.op(name, RESTART).runs
         assert "Ollama running and enabled" in p.names(name)
         # Not a gateway.
         assert "Write the Ollama gateway (nginx)" not in p.names(name)
@@ -302,8 +315,8 @@ def test_the_gateway_balances_across_every_ollama_node(cache, distro):
     assert "nginx" in p.op("head", "Install nginx (the Ollama gateway)").text
     check = p.op("head", "Check nginx's configuration")
     reload_ = p.op("head", "Reload nginx (the gateway changed)")
-    assert check.conditional and "nginx -t" in check.text
-    assert reload_.conditional and "systemctl reload-or-restart nginx.service" in reload_.text
+    assert check.runs and "nginx -t" in check.text
+    assert reload_.runs and "systemctl reload-or-restart nginx.service" in reload_.text
     assert p.op("head", "Write the Ollama gateway (nginx)").index < check.index < reload_.index
 
 
@@ -362,8 +375,11 @@ def test_nothing_changes_and_nothing_restarts_when_nothing_changed(cache):
         assert not p.op(name, "Write Ollama's settings (drop-in aicluster.conf)").commands
         assert f"Unpack Ollama {VERSION}" not in p.names(name)
         assert not any(n.startswith("Remove Ollama") for n in p.names(name))
-        assert p.op(name, "Restart Ollama (its release, unit or settings changed)").conditional
+        for op in SERVER_GUARDED:
+            assert p.op(name, op).skipped, (name, op)
         assert not p.changing(name), p.changing(name)
+    for op in GATEWAY_GUARDED:
+        assert p.op("head", op).skipped, op
     assert not p.op("head", "Write the Ollama gateway (nginx)").commands
     assert not p.changing("head"), p.changing("head")
 
@@ -381,10 +397,57 @@ def test_a_version_bump_replaces_the_binary_and_restarts(cache):
         assert not p.op(name, "Write the Ollama unit").commands
         assert not p.op(name, "Write Ollama's settings (drop-in aicluster.conf)").commands
         restart = p.op(name, "Restart Ollama (its release, unit or settings changed)")
-        assert restart.conditional and "systemctl restart ollama.service" in restart.text
+        assert restart.runs and "systemctl restart ollama.service" in restart.text
+        assert p.op(name, RELOAD).skipped, "the unit and the drop-in are unchanged"
         remove = p.op(name, f"Remove Ollama {OLD} (the node runs {VERSION})")
         assert f"rm -rf /opt/ollama/{OLD}" in remove.text
         assert put.index < unpack.index < link.index < restart.index < remove.index
+
+
+def _ran(p, name, ops):
+    """Which of the guarded ``ops`` run on ``name``; the others must be skipped."""
+    ran = {op for op in ops if p.op(name, op).runs}
+    for op in set(ops) - ran:
+        assert p.op(name, op).skipped, (name, op)
+    return ran
+
+
+def test_each_server_restarts_only_after_its_own_change(cache):
+    changed = {"gpu1": {UNIT: b"[Service]\n"}, "gpu2": {DROPIN: b"[Service]\n"},
+               # The release unpacked, but the archive on the node is another one.
+               "cpu1": {f"/opt/ollama/{VERSION}/{ARCHIVE}": b"another archive"}}
+    p = _plan(cache, facts=_deployed(cache, changed=changed))
+    assert _ran(p, "gpu1", SERVER_GUARDED) == {RELOAD, RESTART}
+    assert _ran(p, "gpu2", SERVER_GUARDED) == {RELOAD, RESTART}
+    # A new archive is unpacked again and restarts Ollama; no unit changed.
+    assert _ran(p, "cpu1", SERVER_GUARDED) == {UNPACK_AGAIN, RESTART}
+    for name in SERVERS:
+        restart = p.op(name, RESTART)
+        assert restart.commands == ["systemctl restart ollama.service"]
+        assert restart.index > p.op(name, RELOAD).index
+    # The gateway did not change: nginx is left alone.
+    assert _ran(p, "head", GATEWAY_GUARDED) == set()
+
+
+def test_a_link_to_another_release_restarts_ollama(cache):
+    links = {"gpu2": {"/usr/local/bin/ollama": f"/opt/ollama/{OLD}/bin/ollama"}}
+    p = _plan(cache, facts=_deployed(cache, relinked=links))
+    assert _ran(p, "gpu2", SERVER_GUARDED) == {RESTART}
+    for name in ("gpu1", "cpu1"):
+        assert _ran(p, name, SERVER_GUARDED) == set(), name
+
+
+def test_a_gateway_change_is_checked_and_reloaded_and_restarts_no_server(cache):
+    for changed, links in (({"head": {GATEWAY: b"# older\n"}}, None),
+                           # Debian's default site came back (a package upgrade).
+                           (None, {"head": {DEFAULT_SITE: "/etc/nginx/sites-available/default"}})):
+        p = _plan(cache, facts=_deployed(cache, changed=changed, relinked=links))
+        assert _ran(p, "head", GATEWAY_GUARDED) == {CHECK_NGINX, RELOAD_NGINX}
+        assert p.op("head", CHECK_NGINX).index < p.op("head", RELOAD_NGINX).index
+        assert p.op("head", RELOAD_NGINX).commands == [
+            "systemctl reload-or-restart nginx.service"]
+        for name in SERVERS:
+            assert _ran(p, name, SERVER_GUARDED) == set(), name
 
 
 def test_models_are_pulled_only_where_missing(cache):

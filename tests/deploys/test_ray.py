@@ -22,6 +22,9 @@ HEAD_UNIT = "/etc/systemd/system/ray-head.service"
 WORKER_UNIT = "/etc/systemd/system/ray-worker.service"
 APT_STAMP = "/var/lib/apt/periodic/update-success-stamp"
 NOW = datetime(2026, 1, 1, 12, 0)
+RESTART = "Restart the Ray {role} (its unit changed)"
+RELOAD = "Reload systemd units"
+WAIT = "Wait until the Ray head answers"
 
 CLUSTER = {
     "cluster_name": "demo",
@@ -252,8 +255,9 @@ def test_nothing_changes_and_nothing_restarts_when_nothing_changed():
         assert not any(n.startswith("Stop the Ray worker") for n in p.names(name))
         assert not any(n.startswith("Remove Ray") for n in p.names(name))
         assert not p.op(name, f"Ray {role} running and enabled").commands
-        # Restarts hang off the unit's change only.
-        assert p.op(name, f"Restart the Ray {role} (its unit changed)").conditional
+        # Restarts hang off the unit's change only: none of them runs.
+        for op in (RESTART.format(role=role), RELOAD, WAIT):
+            assert p.op(name, op).skipped, (name, op)
         assert not p.changing(name), p.changing(name)
 
 
@@ -267,10 +271,50 @@ def test_head_address_change_rewrites_worker_units_and_restarts_them():
         unit = p.op(worker, "Write the Ray worker unit")
         assert unit.commands and "--address=10.20.0.10:6379" in unit.text
         restart = p.op(worker, "Restart the Ray worker (its unit changed)")
-        assert restart.conditional and "systemctl restart ray-worker.service" in restart.text
+        assert restart.runs and "systemctl restart ray-worker.service" in restart.text
+        assert p.op(worker, RELOAD).runs, "a changed unit is read again before the restart"
         assert restart.index > unit.index
         # Not an upgrade: workers are not stopped first.
         assert not any(n.startswith("Stop the Ray worker") for n in p.names(worker))
+
+
+def test_only_the_node_whose_unit_changed_restarts():
+    # gpu1's unit names the head's old address; cpu1's and the head's are current.
+    old = _plan().upload("gpu1", WORKER_UNIT).replace("10.20.0.10:6379", "10.20.0.99:6379")
+    p = _plan(facts=_deployed_facts(units={"gpu1": old}))
+    assert p.op("gpu1", RESTART.format(role="worker")).runs
+    assert p.op("gpu1", RELOAD).runs
+    for name, role in (("cpu1", "worker"), ("head", "head")):
+        assert p.op(name, RESTART.format(role=role)).skipped, f"{name}: its unit is unchanged"
+        assert p.op(name, RELOAD).skipped, f"{name}: its unit is unchanged"
+    # The head did not restart and no upgrade runs: nobody waits for it.
+    for name, _ in HOSTS:
+        assert p.op(name, WAIT).skipped, name
+
+
+def test_a_changed_head_unit_restarts_the_head_and_waits_for_it_only():
+    old = _plan().upload("head", HEAD_UNIT).replace("--dashboard-port=8265", "--dashboard-port=1")
+    p = _plan(facts=_deployed_facts(units={"head": old}))
+    restart = p.op("head", RESTART.format(role="head"))
+    assert restart.runs and "systemctl restart ray-head.service" in restart.text
+    assert p.op("head", RELOAD).runs
+    wait = p.op("head", WAIT)
+    assert wait.runs, "the head is waited for after its restart"
+    assert wait.index > restart.index
+    for worker in ("gpu1", "cpu1"):
+        assert p.op(worker, RESTART.format(role="worker")).skipped, worker
+        assert p.op(worker, RELOAD).skipped, worker
+        # Not an upgrade: the workers keep running and do not wait.
+        assert p.op(worker, WAIT).skipped, worker
+
+
+def test_workers_wait_for_the_head_during_an_upgrade_only():
+    p = _plan(facts=_deployed_facts(version=OLD))
+    for name, _ in HOSTS:
+        assert p.op(name, WAIT).runs, name
+    p = _plan(facts=_deployed_facts())
+    for name, _ in HOSTS:
+        assert p.op(name, WAIT).skipped, name
 
 
 def test_nodes_with_different_pythons_are_refused_before_anything_runs():
