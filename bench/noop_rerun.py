@@ -164,8 +164,8 @@ def ratio(results: list[dict], engine: str, hi: int, lo: int) -> float:
 def record(results: list[dict], runs: int, engines: list[str]) -> None:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
-    components = sorted({p.stem for p in (ROOT / "src/aicluster/deploys").glob("*.py")}
-                        - {"__init__"})
+    components = sorted(p.parent.name for p in
+                        (ROOT / "src/aicluster/components").glob("*/deploy.py"))
     names = {"pyinfra": "pyinfra", "ansible": "Ansible"}
     head = ["nodes", "testbed up (s)", "first deploy, pyinfra (s)", "settle (s)",
             "idle at rest"]

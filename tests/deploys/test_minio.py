@@ -192,7 +192,9 @@ def test_four_nodes_with_two_drives_each(cache):
             line = f"UUID={uuid} /mnt/minio{j} xfs noatime,nofail 0 2"
             assert p.op(name, f"Mount /mnt/minio{j} by UUID at boot (fstab, nofail)").text == (
                 f"echo '{line}' >> /etc/fstab")
-            assert p.op(name, f"Mount /mnt/minio{j}").text == f"mount /mnt/minio{j}"
+            mount = p.op(name, f"Mount /mnt/minio{j}").text
+            assert mount.startswith(f"out=$(mount /mnt/minio{j} 2>&1)"), mount
+            assert "--mountpoint /mnt/minio" in mount and "' xfs '" in mount, mount
     # The buckets, on the first host only, once the cluster has write quorum.
     first = p.names("stor1")
     assert first.index("Wait until the MinIO cluster has write quorum (/minio/health/cluster)") \

@@ -135,7 +135,11 @@ def test_client_plan(distro):
     assert f"10.30.0.40:/srv/models /srv/models nfs {options} 0 0" in fstab.text
     assert "/etc/fstab" in fstab.text
     assert "mkdir -p /srv/datasets" in p.op("gpu1", "Mount point /srv/datasets").text
-    assert p.op("gpu1", "Mount /srv/models").text == "mount /srv/models"
+    mount = p.op("gpu1", "Mount /srv/models").text
+    # Mounted, then proven mounted (aicluster.common.mounts).
+    assert mount.startswith("out=$(mount /srv/models 2>&1)"), mount
+    assert "--mountpoint /srv/models" in mount and "' nfs nfs4 '" in mount, mount
+    assert "10.30.0.40:/srv/models is not mounted at /srv/models" in mount
     names = p.names("gpu1")
     assert names.index(f"Mount 10.30.0.40:/srv/models at /srv/models at boot (fstab, "
                        f"{options})") < names.index("Mount /srv/models")

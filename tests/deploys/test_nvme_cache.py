@@ -123,7 +123,9 @@ def test_one_empty_drive_becomes_xfs_mounted_by_uuid_with_nofail(distro):
     line = f"UUID={uuid} /mnt/nvme-cache xfs noatime,nofail 0 0"
     assert fstab.text == f"echo '{line}' >> {FSTAB}"
     assert_golden(GOLDEN / "fstab-line.single", line + "\n")
-    assert p.op("gpu1", "Mount the cache at /mnt/nvme-cache").text == "mount /mnt/nvme-cache"
+    mount = p.op("gpu1", "Mount the cache at /mnt/nvme-cache").text
+    assert mount.startswith("out=$(mount /mnt/nvme-cache 2>&1)"), mount
+    assert "--mountpoint /mnt/nvme-cache" in mount and "' xfs '" in mount, mount
     assert not any("mdadm" in n or "RAID" in n for n in p.names("gpu1"))
     # Formatting comes after the tools, and the mount after the fstab line.
     names = p.names("gpu1")
@@ -365,7 +367,7 @@ def _existing(files: dict[str, str]):
 
     owners = {"/mnt/nvme-cache/ollama": "ollama", "/mnt/nvme-cache/ray": "ray",
               "/usr/share/ollama": "ollama", "/var/lib/ray": "ray"}
-    modes = {"huggingface": 1777, "torch": 1777, "ollama": 755, "ray": 755, "containers": 711}
+    modes = {"huggingface": 1777, "torch": 1777, "ollama": 755, "ray": 777, "containers": 711}
 
     def file_fact(path, **kw):
         if path == APT_STAMP:  # apt's index was refreshed a minute ago

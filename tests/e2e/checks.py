@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import runpy
 import subprocess
+import time
 
 from tests.e2e.conftest import ROOT, Testbed
 
@@ -365,3 +367,35 @@ def assert_nfs(tb: Testbed, output: str) -> None:
     print(f"{client} wrote 1 MiB through nfs-ganesha on {server} ({url}) and read it back: "
           f"sha256 {local} on both sides and on the server's XFS, owned by nobody "
           "(root_squash)")
+
+
+#: Warnings a two-node test cluster may show that say only that it is small.
+SIZE_WARNINGS = {"MDS_INSUFFICIENT_STANDBY", "MON_DISK_LOW", "TOO_FEW_OSDS",
+                 "POOL_NO_REDUNDANCY"}
+
+
+def ceph_status(tb: Testbed) -> dict:
+    return json.loads(tb.ssh("node1", "ceph --connect-timeout 30 status -f json"))
+
+
+def assert_ceph_healthy(tb: Testbed) -> None:
+    """Two OSDs up and in, a manager, every placement group active+clean, health OK or
+    only the warnings of a small cluster."""
+    status = {}
+    for _ in range(90):
+        status = ceph_status(tb)
+        pgs = status["pgmap"]
+        clean = sum(s["count"] for s in pgs.get("pgs_by_state", [])
+                    if s["state_name"] == "active+clean")
+        if status["osdmap"]["num_up_osds"] == 2 and pgs["num_pgs"] and clean == pgs["num_pgs"]:
+            break
+        time.sleep(2)
+    print("ceph status:", json.dumps(status["health"], indent=1))
+    assert status["osdmap"]["num_up_osds"] == 2 and status["osdmap"]["num_in_osds"] == 2
+    assert status["mgrmap"]["available"]
+    pgs = status["pgmap"]
+    assert pgs["num_pgs"] > 0 and all(
+        s["state_name"] == "active+clean" for s in pgs["pgs_by_state"]), pgs
+    health = status["health"]
+    assert health["status"] in ("HEALTH_OK", "HEALTH_WARN"), health
+    assert set(health.get("checks") or {}) <= SIZE_WARNINGS, health

@@ -1,13 +1,17 @@
 """End-to-end tests on the local testbed (systemd-nspawn nodes on this machine).
 
-Each engine gets its own fresh two-node testbed (module-scoped fixture), which is
-torn down afterwards whatever happened. Needs root; marked ``e2e`` so a developer can
-run the rest alone with ``-m 'not e2e'``.
+A module that needs a testbed of its own gets a fresh two-node one (``fresh_testbed``,
+the module-scoped ``testbed`` fixture), torn down afterwards whatever happened. The
+``test_lab*.py`` modules share one "lab in miniature" (the ``lab`` fixture: every
+component together on two nodes with disks, deployed once), made at the first of them
+and taken down by the next fresh testbed or at the session's end. Needs root; marked
+``e2e`` so a developer can run the rest alone with ``-m 'not e2e'``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -75,28 +79,42 @@ class Testbed:
         return proc.stdout
 
 
-@contextlib.contextmanager
-def fresh_testbed(disks: tuple[tuple[str, str, str], ...] = ()) -> Iterator[
-        tuple[Testbed, dict[tuple[str, str], dict]]]:
-    """A fresh two-node testbed (one left over is taken down first), with a STAND-IN
-    loop disk for each ``(node, name, size)`` in *disks*; taken down when the block
-    ends, whatever happened. Yields the testbed and ``{(node, name): disk}`` (what
-    ``testbed disk add`` made: its loop device and stable name)."""
+def testbed_up(disks: tuple[tuple[str, str, str], ...] = ()) -> tuple[
+        Testbed, dict[tuple[str, str], dict]]:
+    """A fresh two-node testbed (one left over, the lab's included, is taken down
+    first), with a STAND-IN loop disk for each ``(node, name, size)`` in *disks*.
+    Returns the testbed and ``{(node, name): disk}`` (what ``testbed disk add`` made:
+    its loop device and stable name). The caller takes it down."""
+    global _LAB
     if os.geteuid() != 0:
         pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
     from aicluster import testbed as tb
     from aicluster.testbed.core import disk_add
 
+    _LAB = None
     if tb.state.load_state():
         tb.down()
     try:
         state = tb.up(nodes=2)
         made = {(node, name): disk_add(node, name, size) for node, name, size in disks}
-        if made:
-            print("STAND-IN drives: sparse loop devices, " + ", ".join(
-                f"/dev/disk/by-id/aicluster-testbed-{node}-{name} ({size})"
-                for node, name, size in disks))
-        yield Testbed(tb.state.load_state() or state), made
+    except BaseException:
+        tb.down()
+        raise
+    if made:
+        print("STAND-IN drives: sparse loop devices, " + ", ".join(
+            f"/dev/disk/by-id/aicluster-testbed-{node}-{name} ({size})"
+            for node, name, size in disks))
+    return Testbed(tb.state.load_state() or state), made
+
+
+@contextlib.contextmanager
+def fresh_testbed(disks: tuple[tuple[str, str, str], ...] = ()) -> Iterator[
+        tuple[Testbed, dict[tuple[str, str], dict]]]:
+    """:func:`testbed_up`, taken down when the block ends, whatever happened."""
+    from aicluster import testbed as tb
+
+    try:
+        yield testbed_up(disks)
     finally:
         tb.down()
 
@@ -106,6 +124,111 @@ def testbed():
     """A fresh two-node testbed for one test module (one engine)."""
     with fresh_testbed() as (bed, _):
         yield bed
+
+
+# --- The lab in miniature: one whole-stack testbed shared by the test_lab*.py modules ---
+
+#: STAND-IN drives of the lab in miniature (sparse loop devices): an NVMe cache on each
+#: node (node1's also holds the NFS export), a Ceph OSD disk and a MinIO drive on each.
+LAB_DISKS = (
+    ("node1", "cache", "2G"), ("node2", "cache", "2G"),
+    ("node1", "ceph", "10G"), ("node2", "ceph", "10G"),
+    ("node1", "minio", "1G"), ("node2", "minio", "1G"),
+)
+
+
+@dataclass
+class Lab:
+    """Every component the testbed can run, together on two nodes with disks: the
+    NVMe cache, NFS (ganesha), Ceph (CephFS mounted on both nodes), MinIO, Slurm, Ray,
+    k3s and Ollama (k3s, Ollama and MinIO from STAND-IN release files, or the real ones
+    from $AICLUSTER_E2E_ARTIFACTS_DIR), with base, network, infiniband and nvidia.
+
+    One lab is made for the test session and shared by the ``test_lab*.py`` modules
+    (they run one after another); a test that changes it leaves it converged. The
+    first deploy is made once, by whichever test asks first."""
+
+    testbed: Testbed
+    overrides: dict
+    first: subprocess.CompletedProcess | None = None
+
+    @property
+    def nodes(self) -> list[dict]:
+        return self.testbed.nodes
+
+    def ssh(self, node: str, command: str, check: bool = True) -> str:
+        return self.testbed.ssh(node, command, check=check)
+
+    def set_overrides(self, **changes) -> None:
+        """Lay *changes* over the lab's overrides (<state dir>/overrides.json, which
+        the testbed inventory reads); a value of None removes the key."""
+        from aicluster.testbed.state import state_dir
+
+        for key, value in changes.items():
+            if value is None:
+                self.overrides.pop(key, None)
+            else:
+                self.overrides[key] = value
+        (state_dir() / "overrides.json").write_text(json.dumps(self.overrides))
+
+    def deploy(self, *extra: str, check: bool = True, timeout: int = 2400,
+               environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """``pyinfra -y inventories/testbed.py deploy.py`` (the whole stack)."""
+        return run([BIN / "pyinfra", "-y", *extra, TESTBED_INVENTORY, "deploy.py"],
+                   timeout=timeout, check=check, environ=environ)
+
+    def first_deploy(self) -> subprocess.CompletedProcess:
+        """The lab's first deploy (made once; later calls return it)."""
+        if self.first is None:
+            self.first = self.deploy(check=False)
+        return self.first
+
+
+_LAB: Lab | None = None
+
+
+def _build_lab(tmp: Path) -> Lab:
+    from aicluster import testbed as tb
+    from aicluster.testbed.state import state_dir
+    from tests.e2e.standins import k3s, minio, ollama
+
+    bed, _made = testbed_up(LAB_DISKS)
+    try:
+        overrides: dict = {}
+        for standin in (k3s, ollama, minio):
+            overrides.update(standin.build(tmp / "artifacts"))
+            print(standin.banner())
+        (state_dir() / "overrides.json").write_text(json.dumps(overrides))
+        for node in bed.nodes:
+            bed.ssh(node["name"], "test -c /dev/fuse")
+        print("testbed: each node has the host's /dev/fuse (ceph-fuse mounts CephFS)")
+    except BaseException:
+        tb.down()
+        raise
+    # Kept up: the next testbed_up(), or the session's end, takes it down.
+    return Lab(bed, overrides)
+
+
+@pytest.fixture
+def lab(tmp_path_factory) -> Lab:
+    """The lab in miniature (:class:`Lab`), made on first use in the session and kept
+    up for the next ``test_lab*.py`` module; deployed once (``lab.first_deploy()``)."""
+    global _LAB
+    from aicluster import testbed as tb
+
+    if _LAB is None or not tb.state.load_state():
+        _LAB = _build_lab(tmp_path_factory.mktemp("lab"))
+    return _LAB
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _lab_down_at_the_end():
+    yield
+    if _LAB is not None:
+        from aicluster import testbed as tb
+
+        if tb.state.load_state():
+            tb.down()
 
 
 def pyinfra_results(output: str) -> dict[str, int]:

@@ -7,7 +7,7 @@ client is given (made by the first client when there is none, as ControlMaster=a
 does), answers ``-O check``/``-O exit`` from it, and runs the remote command in a local
 shell. So commands, uploads and downloads go through the connector's process handling
 for real; what the real client and master do is proven by the testbed's e2e deploys
-(tests/e2e/test_pyinfra.py counts the masters made there).
+(tests/e2e/test_lab_pyinfra.py counts the masters made there).
 """
 
 from __future__ import annotations

@@ -29,6 +29,14 @@ def test_nspawn_command() -> None:
         assert flag in argv
 
 
+def test_nspawn_command_gives_fuse_when_the_host_has_it(monkeypatch, tmp_path) -> None:
+    fuse = tmp_path / "fuse"
+    monkeypatch.setattr(node, "FUSE_DEVICE", str(fuse))
+    assert not any(a.startswith("--bind=") for a in node.nspawn_command("n", "/r"))
+    fuse.touch()
+    assert f"--bind={fuse}" in node.nspawn_command("n", "/r")
+
+
 def test_ssh_command() -> None:
     argv = node.ssh_command("/k/id", "10.213.0.11", ["ping", "-c1", "x"])
     assert argv[:3] == ["ssh", "-i", "/k/id"]

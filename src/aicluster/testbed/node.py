@@ -61,6 +61,10 @@ def cgroup_dirs(name: str, hierarchies: list[Path] | None = None) -> list[Path]:
     return [root / st.CGROUP_PARENT / name for root in roots]
 
 
+#: The FUSE device the nodes are given (when the host has it).
+FUSE_DEVICE = "/dev/fuse"
+
+
 def nspawn_command(name: str, root: Path | str) -> list[str]:
     """The systemd-nspawn command line that boots node *name* from *root*.
 
@@ -85,6 +89,9 @@ def nspawn_command(name: str, root: Path | str) -> list[str]:
         # nspawn drops CAP_SYS_RESOURCE, so a node cannot raise its own locked-memory
         # limit the way a real machine does for RDMA: give it the limit at boot.
         "--rlimit=MEMLOCK=infinity",
+        # nspawn gives a node no /dev/fuse; a real host has it, and FUSE clients
+        # (ceph-fuse) need it: the host's own device, shared.
+        *([f"--bind={FUSE_DEVICE}"] if Path(FUSE_DEVICE).exists() else []),
     ]
 
 

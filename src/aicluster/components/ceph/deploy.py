@@ -181,4 +181,4 @@ def _mount(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
     systemd.daemon_reload(name="Reload systemd units (fstab changed)", _if=fstab.did_change)
     files.directory(name=f"Mount point {path}", path=path)
     if decided["mount"]:
-        server.shell(name=f"Mount CephFS at {path}", commands=[f"mount {shlex.quote(path)}"])
+        server.shell(name=f"Mount CephFS at {path}", commands=[v["ceph_mount_command"]])

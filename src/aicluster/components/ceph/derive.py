@@ -17,6 +17,7 @@ from typing import Any
 from aicluster.common.disks import cache_devices, check_devices, describe, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
+from aicluster.common.mounts import mount_command
 from aicluster.common.networks import host_address, pick_network
 from aicluster.common.settings import config_text, layered, merge_config
 from aicluster.components.ceph.probe import command_text as ceph_command_text
@@ -38,6 +39,8 @@ OSD_TOOL = "/usr/local/sbin/aicluster-ceph-osd"
 OSD_DEVICES_FILE = "/etc/ceph/aicluster-osd-devices"
 OSD_UNIT = "aicluster-ceph-osds.service"
 FSTAB = "/etc/fstab"
+#: What findmnt shows at the mount point once CephFS is mounted, by client.
+MOUNT_TYPES = {"fuse": ["fuse.ceph-fuse", "fuse.ceph"], "kernel": ["ceph"]}
 #: Keys of ceph.conf computed from the inventory: ceph_config may not set them.
 DERIVED_KEYS = ("fsid", "mon_initial_members", "mon_host", "public_network",
                 "cluster_network", "osd_pool_default_size", "osd_pool_default_min_size",
@@ -289,6 +292,11 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "ceph_cephfs_mount_path": mount,
         "ceph_cephfs": fs,
         "ceph_fstab_line": fstab_line(v, mount, mons) if mount else "",
+        # Mounts CephFS and proves it is mounted (aicluster.common.mounts).
+        "ceph_mount_command": mount_command(
+            mount, MOUNT_TYPES[v["ceph_cephfs_mount_type"]],
+            f"CephFS {c['ceph_cephfs_name']} ({v['ceph_cephfs_mount_type']} client)",
+        ) if mount else "",
         "ceph_fstab_regexp": rf"^[^#\s]+\s+{re.escape(mount)}\s" if mount else "",
         "ceph_quorum_wait_command": quorum_wait_command(c),
         "ceph_auth_import_command": f"{_ceph(c)} auth import -i {AUTH_KEYRING}",

@@ -210,9 +210,9 @@ def _drives(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
         )
         systemd.daemon_reload(name=f"Reload systemd units (fstab: {item['path']})",
                               _if=fstab.did_change)
-    for path in host.loop(decided["mount"]):
-        files.directory(name=f"Mount point {path}", path=path)
-        server.shell(name=f"Mount {path}", commands=[f"mount {shlex.quote(path)}"])
+    for item in host.loop(decided["mount"]):
+        files.directory(name=f"Mount point {item['path']}", path=item["path"])
+        server.shell(name=f"Mount {item['path']}", commands=[item["command"]])
     for d in host.loop(v["minio_drive_list"]):
         files.directory(name=f"MinIO drive {d['path']} (owned by {v['minio_user']})",
                         path=d["path"], user=v["minio_user"], group=v["minio_group"],

@@ -19,6 +19,7 @@ from aicluster import artifacts
 from aicluster.common.disks import cache_devices, check_devices, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
+from aicluster.common.mounts import mount_command
 from aicluster.common.networks import host_address, network_errors, pick_network
 from aicluster.common.settings import config_text, differs_from_first, layered, merge_config
 from aicluster.components.minio.probe import ALIAS, MC
@@ -591,7 +592,8 @@ def plan(block: Mapping[str, Any], state: Mapping[str, Any],
 
     ``problems`` (lines naming the host and the drive: when any, nothing at all is
     done on the host), ``wipe`` (devices erased first: wipe: true), ``mkfs``
-    (``[{device, uuid}]``), ``fstab`` (``[{path, line}]``), ``mount`` (paths)."""
+    (``[{device, uuid}]``), ``fstab`` (``[{path, line}]``), ``mount`` (``[{path,
+    command}]``: the command mounts the drive and proves it is mounted)."""
     where = f"host {request['host']!r}: minio"
     out: dict[str, Any] = {"problems": [], "wipe": [], "mkfs": [], "fstab": [], "mount": []}
     problems: list[str] = []
@@ -627,7 +629,8 @@ def plan(block: Mapping[str, Any], state: Mapping[str, Any],
                     f"({mounted.get('fstype') or 'unknown type'}) mounted; {d['device']} is "
                     "not mounted over it. Unmount it, or give the drive another path")
         else:
-            out["mount"].append(d["path"])
+            out["mount"].append({"path": d["path"], "command": mount_command(
+                d["path"], ["xfs"], d["device"])})
     if request.get("multi_drive"):
         for d in request["drives"]:
             if d["kind"] == "directory" and (state.get("dirs") or {}).get(d["path"]) == "root":

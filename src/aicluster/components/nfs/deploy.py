@@ -186,4 +186,4 @@ def _client_mounts(v: dict[str, Any]) -> None:
             host.noop(f"{m['path']} is mounted (changed options apply at its next mount)")
             continue
         files.directory(name=f"Mount point {m['path']}", path=m["path"])
-        server.shell(name=f"Mount {m['path']}", commands=[f"mount {shlex.quote(m['path'])}"])
+        server.shell(name=f"Mount {m['path']}", commands=[m["command"]])

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from aicluster.common.mounts import mount_command
 from aicluster.common.networks import host_address, pick_network
 from aicluster.common.settings import layered
 from aicluster.components.nfs.probe import KERNEL_COMMAND
@@ -190,6 +191,8 @@ def mount_list(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> lis
             "path": path,
             "src": f"{host_part}:{export}",
             "fstype": "nfs",
+            # Mounts it and proves it is mounted (aicluster.common.mounts).
+            "command": mount_command(path, ["nfs", "nfs4"], f"{host_part}:{export}"),
             "options": ",".join(options),
             # The fstab line that mounts something at the path: Python's re (Ansible)
             # and POSIX extended (pyinfra's files.line, grep -E / sed -E).

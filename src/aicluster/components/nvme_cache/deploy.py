@@ -151,7 +151,7 @@ def _mount(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
         )
         return
     files.directory(name=f"Mount point {path}", path=path)
-    server.shell(name=f"Mount the cache at {path}", commands=[f"mount {shlex.quote(path)}"])
+    server.shell(name=f"Mount the cache at {path}", commands=[v["nvme_cache_mount_command"]])
 
 
 def _directories(v: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from aicluster.common.disks import (
     describe,
     parse,
 )
+from aicluster.common.mounts import mount_command
 from aicluster.common.settings import layered
 from aicluster.inventory import Cluster
 
@@ -80,6 +81,9 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         # the node when the cache filesystem already exists.
         "nvme_cache_fs_uuid": request["uuid"],
         "nvme_cache_fstab_options": ",".join(options),
+        # Mounts the cache and proves it is mounted (aicluster.common.mounts).
+        "nvme_cache_mount_command": mount_command(
+            path, ["xfs"], f"the NVMe cache ({', '.join(names) or 'no drive'})"),
         # The fstab line that mounts something at the path (Python's re, for Ansible).
         "nvme_cache_fstab_regexp": rf"^[^#\s]+\s+{re.escape(path)}\s",
         "nvme_cache_directory_list": directories,

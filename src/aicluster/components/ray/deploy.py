@@ -29,7 +29,6 @@ from aicluster.common.ops import (
 )
 from aicluster.common.settings import NETWORK_ARGS, layered, os_family
 from aicluster.components.ray.derive import (
-    RAY_DEFAULT_TEMP,
     UNIT_DIR,
     _python,
     check_nodes,
@@ -73,14 +72,15 @@ def deploy() -> None:
     is_head = v["ray_node_role"] == "head"
 
     _install(v, family, me)
-    if v["ray_temp_path"] != RAY_DEFAULT_TEMP:
-        # The same path on every Ray node: workers use the head's.
+    if v["ray_temp_dir_make"]:
+        # The same path on every Ray node: workers use the head's. World-writable, as
+        # Ray makes it when it starts (so a re-run finds nothing to change).
         files.directory(
             name=f"Ray's temporary directory {v['ray_temp_path']}",
             path=v["ray_temp_path"],
             user=v["ray_user"],
             group=v["ray_user"],
-            mode="755",
+            mode="777",
         )
 
     # The upgrade order: workers stop, the head switches and restarts, workers rejoin.

@@ -88,6 +88,10 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
             json.dumps(resources, sort_keys=True, separators=(",", ":")) if resources else ""
         ),
         "ray_temp_path": temp_path(cluster, head_v),
+        # Whether the Ray component makes that directory: not when it is Ray's default
+        # (Ray makes it) nor one of the host's NVMe cache directories (the nvme_cache
+        # component makes those: one owner per path).
+        "ray_temp_dir_make": temp_dir_make(cluster, host_name, head_v),
         "ray_pip_requirement": _requirement(v),
         "ray_pip_install_command": pip_install_command(venv, v),
         "ray_head_wait_command": head_wait_command(venv, head_address),
@@ -115,6 +119,17 @@ def temp_path(cluster: Cluster, head_v: Mapping[str, Any]) -> str:
         if "RAY_TMPDIR" in environment:
             cached.add(environment["RAY_TMPDIR"])
     return cached.pop() if len(cached) == 1 else RAY_DEFAULT_TEMP
+
+
+def temp_dir_make(cluster: Cluster, host_name: str, head_v: Mapping[str, Any]) -> bool:
+    """Whether this host's Ray deploy makes Ray's temporary directory (see
+    :func:`temp_path`): only a directory the inventory names (``ray_temp_dir``) that is
+    not one of the host's NVMe cache directories."""
+    path = temp_path(cluster, head_v)
+    if path == RAY_DEFAULT_TEMP:
+        return False
+    data = cluster.hosts[host_name].data
+    return path not in cache_environment(cluster, host_name, data).values()
 
 
 def _url_host(address: str) -> str:

@@ -1,4 +1,7 @@
-"""pyinfra end to end: deploy the testbed, check the nodes, deploy again: no change."""
+"""pyinfra end to end on the lab in miniature (tests/e2e/test_lab.py deploys it first):
+a re-run uses one OpenSSH master per node and restarts nothing, a Slurm setting change
+reconfigures keeping a running job, and a re-run on stock pyinfra (the accelerator off,
+or stepping aside) and from a wheel installed outside the clone changes nothing."""
 
 from __future__ import annotations
 
@@ -8,16 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.e2e.checks import (
-    RAY_VERSION,
-    add_nfs_disk,
-    assert_base,
-    assert_network,
-    assert_nfs,
-    assert_nvidia_skipped,
-    assert_ray,
-    assert_slurm,
     assert_slurm_reconfigures_keeping_jobs,
-    make_standin_gpus,
     ray_start_times,
     slurm_start_times,
 )
@@ -62,20 +56,12 @@ def _output(proc):
     return proc.stdout + proc.stderr
 
 
-def test_deploy_then_redeploy_changes_nothing(testbed, tmp_path):
-    make_standin_gpus(testbed)
-    add_nfs_disk(testbed)
-    first_proc = _deploy()
-    first = pyinfra_results(_output(first_proc))
-    assert first["changed"] > 0 and first["errors"] == 0, first
-    assert_base(testbed)
-    assert_network(testbed, _output(first_proc))
-    assert_nvidia_skipped(testbed, _output(first_proc))
-    assert_nfs(testbed, _output(first_proc))
-    assert_ray(testbed, RAY_VERSION)
-    ray_started = ray_start_times(testbed)
-    assert_slurm(testbed)
-    slurm_started = slurm_start_times(testbed)
+def test_rerun_uses_one_openssh_master_per_node_and_restarts_nothing(lab, tmp_path):
+    first = pyinfra_results(_output(lab.first_deploy()))
+    assert first["errors"] == 0, first
+    _converged()
+    ray_started = ray_start_times(lab.testbed)
+    slurm_started = slurm_start_times(lab.testbed)
     proc, clients = _deploy_counting_ssh_clients(tmp_path)
     second = pyinfra_results(_output(proc))
     assert second["changed"] == 0 and second["errors"] == 0, second
@@ -86,22 +72,22 @@ def test_deploy_then_redeploy_changes_nothing(testbed, tmp_path):
     # (A no-op re-run may be one command per node: the fact reads prefetched at once.)
     commands = [c for c in clients if c["master"] is not None]
     new = [c["argv"][-1] for c in commands if not c["master"]]
-    assert len([c for c in commands if c["argv"][-1] != "true"]) >= len(testbed.nodes), clients
-    assert set(new) <= {"true"} and len(new) <= len(testbed.nodes), new
-    print(f"second deploy: {len(commands)} OpenSSH client(s) started, {len(new)} of them "
+    assert len([c for c in commands if c["argv"][-1] != "true"]) >= len(lab.nodes), clients
+    assert set(new) <= {"true"} and len(new) <= len(lab.nodes), new
+    print(f"re-run: {len(commands)} OpenSSH client(s) started, {len(new)} of them "
           "made a master")
     # Nothing restarted: the Ray units became active when they did before.
-    assert ray_start_times(testbed) == ray_started
+    assert ray_start_times(lab.testbed) == ray_started
     # ... nor did munge, slurmctld or slurmd.
-    assert slurm_start_times(testbed) == slurm_started
+    assert slurm_start_times(lab.testbed) == slurm_started
 
 
-def test_slurm_config_change_reconfigures_keeping_a_running_job(testbed):
+def test_slurm_config_change_reconfigures_keeping_a_running_job(lab):
     def deploy():
         result = pyinfra_results(_output(_deploy()))
         assert result["errors"] == 0 and result["changed"] > 0, result
 
-    assert_slurm_reconfigures_keeping_jobs(testbed, deploy)
+    assert_slurm_reconfigures_keeping_jobs(lab.testbed, deploy)
 
 
 # --- the pyinfra accelerator off, or stepping aside (aicluster.accel) ---------------
@@ -154,14 +140,14 @@ def _stock_rerun(prefix):
     return lines[0]
 
 
-def test_rerun_with_the_accelerator_switched_off_changes_nothing(testbed):
+def test_rerun_with_the_accelerator_switched_off_changes_nothing(lab):
     _converged()
     line = _stock_rerun(["env", "AICLUSTER_ACCEL=0"])
     assert "off by AICLUSTER_ACCEL=0" in line, line
     print(f"re-run on stock pyinfra: 0 changes; {line}")
 
 
-def test_rerun_on_a_pyinfra_lacking_a_private_name_steps_aside(testbed, tmp_path):
+def test_rerun_on_a_pyinfra_lacking_a_private_name_steps_aside(lab, tmp_path):
     _converged()
     (tmp_path / "sitecustomize.py").write_text(PYINFRA_WITHOUT_MAKE_COMMAND)
     # (conftest's env() drops PYTHONPATH; `env` sets it for pyinfra alone)
@@ -170,7 +156,7 @@ def test_rerun_on_a_pyinfra_lacking_a_private_name_steps_aside(testbed, tmp_path
     print(f"re-run on a pyinfra without _make_command: 0 changes; {line}")
 
 
-def test_a_wheel_installed_outside_the_clone_deploys_the_testbed(testbed, tmp_path_factory):
+def test_a_wheel_installed_outside_the_clone_deploys_the_testbed(lab, tmp_path_factory):
     """``pip wheel .``, installed into a fresh venv outside the clone: its deploy file and
     its copy of the testbed inventory deploy the testbed (a re-run: no change, no error),
     importing nothing from the clone."""
