@@ -17,7 +17,9 @@ from aicluster.common.facts import ContainerVirt, NftTable
 from aicluster.common.ops import (
     current_cluster,
     install_packages,
+    nft_rules_loaded,
     put_template,
+    sysctls_applied,
     system_user,
     systemd_manager_conf,
 )
@@ -63,6 +65,13 @@ def deploy() -> None:
         name="Apply network sysctls",
         commands=[f"sysctl -e -q -p {SYSCTL_FILE}"],
         _if=sysctl_file.did_change,
+    )
+    # The live values, whatever set them since (sysctl -w, another tool): applied again
+    # where one differs, restarting nothing.
+    sysctls_applied(
+        name="Network sysctls in effect (repaired where they drifted)",
+        path=SYSCTL_FILE,
+        settings=v["base_sysctl_settings"],
     )
 
     put_template(
@@ -186,3 +195,8 @@ def _firewall(v: dict[str, Any]) -> None:
         _if=conf.did_change,
     )
     systemd.service(name="Firewall enabled", service="nftables", running=True, enabled=True)
+    # The live table, whatever changed it since (nft flush ruleset, a hand-added rule):
+    # loaded again from the rules file when missing or different, restarting nothing.
+    nft_rules_loaded(
+        name="Firewall table as written (reloaded where it drifted)", rules_file=conf_path
+    )
