@@ -8,7 +8,7 @@ from __future__ import annotations
 from aicluster.components.base import deploy as base
 from aicluster.components.base import derive as base_derive
 from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS, HOSTS
-from tests.deploys.harness import plan
+from tests.deploys.harness import file_facts, plan
 
 
 def _plan(distro, extra=None, facts=None):
@@ -162,3 +162,60 @@ def test_no_package_cache_means_no_apt_proxy():
     p = _plan("debian12", extra=extra)
     assert "No apt proxy" in p.names("gpu1")
     assert "Install the cluster package cache (apt-cacher-ng)" not in p.names("head")
+
+
+# --- drift the deploy repairs: the live firewall table, applied sysctls --------------
+
+FIREWALL_REPAIR = "Firewall table as written (reloaded where it drifted)"
+SYSCTL_REPAIR = "Network sysctls in effect (repaired where they drifted)"
+
+
+def _rerun(nft="same", sysctls=None, missing=()):
+    """A re-run on nodes holding what a first plan wrote, with the live table state
+    and sysctl values given (the defaults as the kernel prints them, tab-separated,
+    overridden by *sysctls*; the keys in *missing* absent from the kernel)."""
+    from aicluster.render import defaults
+
+    first = _plan("debian12")
+    live = {k: "\t".join(str(v).split())
+            for k, v in defaults("base")["base_default_sysctl"].items() if k not in missing}
+    facts = {
+        host: {**file_facts(first.files(host)), "NftTableDrift": nft,
+               "SysctlValues": {**live, **(sysctls or {})}}
+        for host, _ in HOSTS
+    }
+    return _plan("debian12", facts=facts)
+
+
+def test_a_flushed_firewall_is_loaded_again_and_nothing_restarted():
+    p = _rerun(nft="absent")
+    op = p.op("gpu1", FIREWALL_REPAIR)
+    assert op.runs and op.text == "nft -f /etc/nftables.conf"
+    assert not p.op("gpu1", "Firewall loaded and enabled").runs
+    assert "Write the firewall rules" not in p.changing("gpu1")
+
+
+def test_a_changed_firewall_table_is_loaded_again():
+    assert _rerun(nft="different").op("gpu1", FIREWALL_REPAIR).text == "nft -f /etc/nftables.conf"
+
+
+def test_a_firewall_table_as_written_is_left_alone():
+    for state in ("same", "unknown", "no-nft"):
+        assert not _rerun(nft=state).op("gpu1", FIREWALL_REPAIR).runs, state
+
+
+def test_a_drifted_sysctl_is_applied_again_naming_the_key():
+    p = _rerun(sysctls={"net.ipv4.tcp_mtu_probing": "0"})
+    op = p.op("gpu1", SYSCTL_REPAIR)
+    assert op.runs
+    assert op.text.startswith("sysctl -e -q -p /etc/sysctl.d/90-aicluster-network.conf")
+    assert op.text.endswith("# differs: net.ipv4.tcp_mtu_probing")
+    # Only the repair: the drop-in is unchanged, so its own apply does not run.
+    assert not p.op("gpu1", "Apply network sysctls").runs
+
+
+def test_sysctls_in_effect_or_absent_from_the_kernel_are_left_alone():
+    assert not _rerun().op("gpu1", SYSCTL_REPAIR).runs
+    # A namespace without net.core.rmem_max (a container): nothing to apply there.
+    p = _rerun(missing=("net.core.rmem_max", "net.core.wmem_max"))
+    assert not p.op("gpu1", SYSCTL_REPAIR).runs
