@@ -5,6 +5,8 @@ Fake hosts: no host is contacted; facts come from fixtures (tests/deploys/harnes
 
 from __future__ import annotations
 
+import logging
+
 from aicluster.components.base import deploy as base
 from aicluster.components.base import derive as base_derive
 from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS, HOSTS
@@ -170,7 +172,7 @@ FIREWALL_REPAIR = "Firewall table as written (reloaded where it drifted)"
 SYSCTL_REPAIR = "Network sysctls in effect (repaired where they drifted)"
 
 
-def _rerun(nft="same", sysctls=None, missing=()):
+def _rerun(nft="same", sysctls=None, missing=(), refused=None):
     """A re-run on nodes holding what a first plan wrote, with the live table state
     and sysctl values given (the defaults as the kernel prints them, tab-separated,
     overridden by *sysctls*; the keys in *missing* absent from the kernel)."""
@@ -181,7 +183,8 @@ def _rerun(nft="same", sysctls=None, missing=()):
             for k, v in defaults("base")["base_default_sysctl"].items() if k not in missing}
     facts = {
         host: {**file_facts(first.files(host)), "NftTableDrift": nft,
-               "SysctlValues": {**live, **(sysctls or {})}}
+               "SysctlValues": {"live": {**live, **(sysctls or {})},
+                                "refused": refused or {}}}
         for host, _ in HOSTS
     }
     return _plan("debian12", facts=facts)
@@ -208,7 +211,9 @@ def test_a_drifted_sysctl_is_applied_again_naming_the_key():
     p = _rerun(sysctls={"net.ipv4.tcp_mtu_probing": "0"})
     op = p.op("gpu1", SYSCTL_REPAIR)
     assert op.runs
-    assert op.text.startswith("sysctl -e -q -p /etc/sysctl.d/90-aicluster-network.conf")
+    assert op.text.startswith("sysctl -e -q -p /etc/sysctl.d/90-aicluster-network.conf;")
+    # The values the kernel did not take are recorded, so the next run reports them.
+    assert "/run/aicluster/sysctl-refused" in op.text
     assert op.text.endswith("# differs: net.ipv4.tcp_mtu_probing")
     # Only the repair: the drop-in is unchanged, so its own apply does not run.
     assert not p.op("gpu1", "Apply network sysctls").runs
@@ -219,3 +224,18 @@ def test_sysctls_in_effect_or_absent_from_the_kernel_are_left_alone():
     # A namespace without net.core.rmem_max (a container): nothing to apply there.
     p = _rerun(missing=("net.core.rmem_max", "net.core.wmem_max"))
     assert not p.op("gpu1", SYSCTL_REPAIR).runs
+
+
+def test_a_value_the_kernel_refused_is_reported_not_applied_on_every_run(caplog):
+    # A container's network namespace refuses buffer sizes above its host's (seen on
+    # the testbed: EINVAL for net.core.rmem_max = 268435456).
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    p = _rerun(sysctls={"net.core.rmem_max": "4194304"},
+               refused={"net.core.rmem_max": "268435456"})
+    assert not p.op("gpu1", SYSCTL_REPAIR).runs
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "the kernel refuses net.core.rmem_max = 268435456 (kept at 4194304) here" in said
+    # A new wanted value is tried again.
+    p = _rerun(sysctls={"net.core.rmem_max": "4194304"},
+               refused={"net.core.rmem_max": "134217728"})
+    assert p.op("gpu1", SYSCTL_REPAIR).runs

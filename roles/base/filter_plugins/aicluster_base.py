@@ -8,15 +8,24 @@ from aicluster.common.drift import (
     nft_needs_load,
     nft_table_command,
     nft_table_state,
+    parse_refused,
     parse_sysctl,
+    sysctl_apply_command,
     sysctl_command,
     sysctl_drift,
+    sysctl_refused,
 )
 
 
 def aicluster_sysctl_drift(lines, settings):
-    """The keys of ``settings`` whose live value (``sysctl`` output lines) differs."""
-    return sysctl_drift(settings, parse_sysctl(lines))
+    """The keys of ``settings`` whose live value (the read command's output lines)
+    differs, values the kernel refused before left out."""
+    return sysctl_drift(settings, parse_sysctl(lines), parse_refused(lines))
+
+
+def aicluster_sysctl_refused(lines, settings):
+    """The keys whose wanted value the kernel refused at the last repair."""
+    return sysctl_refused(settings, parse_sysctl(lines), parse_refused(lines))
 
 
 def aicluster_nft_needs_load(lines):
@@ -32,4 +41,6 @@ class FilterModule:
             "aicluster_nft_needs_load": aicluster_nft_needs_load,
             "aicluster_sysctl_command": sysctl_command,
             "aicluster_sysctl_drift": aicluster_sysctl_drift,
+            "aicluster_sysctl_refused": aicluster_sysctl_refused,
+            "aicluster_sysctl_apply_command": sysctl_apply_command,
         }

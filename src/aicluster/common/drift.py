@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable, Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 # ---------------------------------------------------------------------------
@@ -58,35 +59,86 @@ def nft_needs_load(state: str) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def sysctl_command(keys: Iterable[str]) -> str:
+#: Where the repair records the values the kernel refused (a tmpfs: forgotten at boot).
+SYSCTL_REFUSED_FILE = "/run/aicluster/sysctl-refused"
+
+
+def sysctl_command(keys: Iterable[str], refused_file: str = SYSCTL_REFUSED_FILE) -> str:
     """Print ``key = value`` for each key the kernel has (``-e``: a key this kernel or
-    network namespace lacks is left out, as ``sysctl -e -p`` skips it when applying)."""
+    network namespace lacks is left out, as ``sysctl -e -p`` skips it when applying),
+    then ``refused key = value`` for each value the last repair found the kernel
+    refused."""
     names = sorted(keys)
-    if not names:
-        return "true"
-    return f"sysctl -e {' '.join(shlex.quote(k) for k in names)} 2>/dev/null; true"
+    read = f"sysctl -e {' '.join(shlex.quote(k) for k in names)} 2>/dev/null; " if names else ""
+    return (f"{read}sed 's/^/refused /' {shlex.quote(refused_file)} 2>/dev/null; true")
+
+
+def sysctl_apply_command(path: str, settings: Mapping[str, Any],
+                         refused_file: str = SYSCTL_REFUSED_FILE) -> str:
+    """Apply the drop-in ``path`` (``sysctl -e -q -p``), then record in
+    ``refused_file`` each value the kernel did not take (a container's network namespace
+    may refuse buffer sizes above its host's), so that the next run reports it instead
+    of applying it again."""
+    tmp = shlex.quote(refused_file + ".tmp")
+    checks = "".join(
+        f"_v=$(sysctl -n -e {shlex.quote(k)} 2>/dev/null) && [ -n \"$_v\" ] && "
+        f"{{ set -f; set -- $_v; set +f; [ \"$*\" = {shlex.quote(' '.join(_words(v)))} ] || "
+        f"echo {shlex.quote(f'{k} = ' + ' '.join(_words(v)))} >> {tmp}; }}; "
+        for k, v in sorted(settings.items()) if v is not None
+    )
+    return (
+        f"sysctl -e -q -p {shlex.quote(path)}; "
+        f"mkdir -p {shlex.quote(str(PurePosixPath(refused_file).parent))} && : > {tmp} && "
+        f"{{ {checks}true; }} && mv {tmp} {shlex.quote(refused_file)}"
+    )
 
 
 def parse_sysctl(lines: Iterable[Any]) -> dict[str, str]:
     """``{key: value}`` from ``sysctl`` output (``key = value`` lines)."""
     out = {}
     for line in lines:
-        key, sep, value = str(line).partition("=")
+        text = str(line)
+        if text.startswith("refused "):
+            continue
+        key, sep, value = text.partition("=")
         if sep and key.strip():
             out[key.strip()] = value.strip()
     return out
+
+
+def parse_refused(lines: Iterable[Any]) -> dict[str, str]:
+    """``{key: value}`` the last repair found refused (``refused key = value`` lines)."""
+    return parse_sysctl(str(line).removeprefix("refused ") for line in lines
+                        if str(line).startswith("refused "))
 
 
 def _words(value: Any) -> list[str]:
     return [str(int(w)) if w.lstrip("-").isdigit() else w for w in str(value).split()]
 
 
-def sysctl_drift(wanted: Mapping[str, Any], live: Mapping[str, str]) -> list[str]:
-    """The keys whose live value differs from the wanted one, sorted. Values compare
-    word by word, numbers as numbers (``4096 87380`` is the kernel's ``4096\\t87380``);
-    a key the kernel does not have is no drift (it cannot be applied here)."""
+def _differs(wanted: Mapping[str, Any], live: Mapping[str, str]) -> list[str]:
     return sorted(k for k, v in wanted.items()
                   if v is not None and k in live and _words(live[k]) != _words(v))
+
+
+def sysctl_drift(wanted: Mapping[str, Any], live: Mapping[str, str],
+                 refused: Mapping[str, str] | None = None) -> list[str]:
+    """The keys whose live value differs from the wanted one, sorted. Values compare
+    word by word, numbers as numbers (``4096 87380`` is the kernel's ``4096\\t87380``);
+    a key the kernel does not have is no drift (it cannot be applied here), nor is a
+    value the kernel refused when the last repair applied it (:func:`sysctl_refused`)."""
+    refused = refused or {}
+    return [k for k in _differs(wanted, live)
+            if k not in refused or _words(refused[k]) != _words(wanted[k])]
+
+
+def sysctl_refused(wanted: Mapping[str, Any], live: Mapping[str, str],
+                   refused: Mapping[str, str] | None = None) -> list[str]:
+    """The keys whose wanted value the kernel refused at the last repair and still
+    does not have."""
+    refused = refused or {}
+    return [k for k in _differs(wanted, live)
+            if k in refused and _words(refused[k]) == _words(wanted[k])]
 
 
 # ---------------------------------------------------------------------------

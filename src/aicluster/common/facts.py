@@ -66,17 +66,18 @@ class NftTableDrift(FactBase):
 
 
 class SysctlValues(FactBase):
-    """The live values of the given sysctl keys, ``{key: value}``; a key the kernel (or
-    the node's network namespace) does not have is left out."""
+    """The live values of the given sysctl keys and the values the last drift repair
+    found the kernel refused: ``{"live": {key: value}, "refused": {key: value}}``; a key
+    the kernel (or the node's network namespace) does not have is left out."""
 
     def default(self) -> dict:
-        return {}
+        return {"live": {}, "refused": {}}
 
     def command(self, keys: list[str]) -> str:
         return drift.sysctl_command(keys)
 
     def process(self, output):
-        return drift.parse_sysctl(output)
+        return {"live": drift.parse_sysctl(output), "refused": drift.parse_refused(output)}
 
 
 class KernelModulesLoaded(FactBase):

@@ -303,12 +303,19 @@ def nft_rules_loaded(rules_file: str, family: str = "inet", table: str = "aiclus
 @operation()
 def sysctls_applied(path: str, settings: Mapping[str, Any]):
     """Apply the drop-in ``path`` (``sysctl -e -q -p``) when a live value differs from
-    ``settings``, and say which."""
-    live = host.get_fact(SysctlValues, keys=sorted(settings))
-    changed = drift.sysctl_drift(settings, live)
+    ``settings``, and record the values the kernel refuses; a value it refused before
+    is reported by name, not applied again on every run."""
+    read = host.get_fact(SysctlValues, keys=sorted(settings))
+    live, refused = read["live"], read["refused"]
+    changed = drift.sysctl_drift(settings, live, refused)
     if changed:
         # The keys that differ, in the command pyinfra shows with -v (a comment).
-        yield f"sysctl -e -q -p {shlex.quote(path)}  # differs: {' '.join(changed)}"
+        yield (f"{drift.sysctl_apply_command(path, settings)}  # differs: {' '.join(changed)}")
+        return
+    kept = drift.sysctl_refused(settings, live, refused)
+    if kept:
+        host.noop("the kernel refuses " + ", ".join(
+            f"{k} = {settings[k]} (kept at {live[k]})" for k in kept) + " here")
     else:
         host.noop(f"the live sysctl values are {path}'s")
 

@@ -13,6 +13,7 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from aicluster.common.drift import sysctl_apply_command
 from aicluster.common.facts import ContainerVirt, NftTable
 from aicluster.common.ops import (
     current_cluster,
@@ -63,7 +64,8 @@ def deploy() -> None:
     )
     server.shell(
         name="Apply network sysctls",
-        commands=[f"sysctl -e -q -p {SYSCTL_FILE}"],
+        # Applied, and the values the kernel refuses recorded (see sysctls_applied).
+        commands=[sysctl_apply_command(SYSCTL_FILE, v["base_sysctl_settings"])],
         _if=sysctl_file.did_change,
     )
     # The live values, whatever set them since (sysctl -w, another tool): applied again
