@@ -229,7 +229,7 @@ def test_sysctls_in_effect_or_absent_from_the_kernel_are_left_alone():
 def test_a_value_the_kernel_refused_is_reported_not_applied_on_every_run(caplog):
     # A container's network namespace refuses buffer sizes above its host's (seen on
     # the testbed: EINVAL for net.core.rmem_max = 268435456).
-    caplog.set_level(logging.INFO, logger="pyinfra")
+    caplog.set_level(logging.DEBUG, logger="pyinfra")
     p = _rerun(sysctls={"net.core.rmem_max": "4194304"},
                refused={"net.core.rmem_max": "268435456"})
     assert not p.op("gpu1", SYSCTL_REPAIR).runs
