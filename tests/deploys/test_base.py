@@ -5,6 +5,8 @@ Fake hosts: no host is contacted; facts come from fixtures (tests/deploys/harnes
 
 from __future__ import annotations
 
+import logging
+
 from aicluster.components.base import deploy as base
 from aicluster.components.base import derive as base_derive
 from tests.deploys.conftest import CLUSTER, DISTRIBUTIONS, HOSTS
@@ -228,3 +230,78 @@ def test_no_package_cache_means_no_apt_proxy():
     p = _plan("debian12", extra=extra)
     assert "No apt proxy" in p.names("gpu1")
     assert "Install the cluster package cache (apt-cacher-ng)" not in p.names("head")
+
+
+# --- drift the deploy repairs: the live firewall table, applied sysctls --------------
+
+FIREWALL_REPAIR = "Firewall table as written (reloaded where it drifted)"
+SYSCTL_REPAIR = "Network sysctls in effect (repaired where they drifted)"
+
+
+def _rerun(nft="same", sysctls=None, missing=(), refused=None):
+    """A re-run on nodes holding what a first plan wrote, with the live table state
+    and sysctl values given (the defaults as the kernel prints them, tab-separated,
+    overridden by *sysctls*; the keys in *missing* absent from the kernel)."""
+    from aicluster.render import defaults
+
+    first = _plan("debian12")
+    live = {k: "\t".join(str(v).split())
+            for k, v in defaults("base")["base_default_sysctl"].items() if k not in missing}
+    facts = {
+        host: {**file_facts(first.files(host)), "NftTableDrift": nft,
+               "SysctlValues": {"live": {**live, **(sysctls or {})},
+                                "refused": refused or {}}}
+        for host, _ in HOSTS
+    }
+    return _plan("debian12", facts=facts)
+
+
+def test_a_flushed_firewall_is_loaded_again_and_nothing_restarted():
+    p = _rerun(nft="absent")
+    op = p.op("gpu1", FIREWALL_REPAIR)
+    assert op.runs and op.text == "nft -f /etc/nftables.conf"
+    assert not p.op("gpu1", "Firewall loaded and enabled").runs
+    assert "Write the firewall rules" not in p.changing("gpu1")
+
+
+def test_a_changed_firewall_table_is_loaded_again():
+    assert _rerun(nft="different").op("gpu1", FIREWALL_REPAIR).text == "nft -f /etc/nftables.conf"
+
+
+def test_a_firewall_table_as_written_is_left_alone():
+    for state in ("same", "unknown", "no-nft"):
+        assert not _rerun(nft=state).op("gpu1", FIREWALL_REPAIR).runs, state
+
+
+def test_a_drifted_sysctl_is_applied_again_naming_the_key():
+    p = _rerun(sysctls={"net.ipv4.tcp_mtu_probing": "0"})
+    op = p.op("gpu1", SYSCTL_REPAIR)
+    assert op.runs
+    assert op.text.startswith("sysctl -e -q -p /etc/sysctl.d/90-aicluster-network.conf;")
+    # The values the kernel did not take are recorded, so the next run reports them.
+    assert "/run/aicluster/sysctl-refused" in op.text
+    assert op.text.endswith("# differs: net.ipv4.tcp_mtu_probing")
+    # Only the repair: the drop-in is unchanged, so its own apply does not run.
+    assert not p.op("gpu1", "Apply network sysctls").runs
+
+
+def test_sysctls_in_effect_or_absent_from_the_kernel_are_left_alone():
+    assert not _rerun().op("gpu1", SYSCTL_REPAIR).runs
+    # A namespace without net.core.rmem_max (a container): nothing to apply there.
+    p = _rerun(missing=("net.core.rmem_max", "net.core.wmem_max"))
+    assert not p.op("gpu1", SYSCTL_REPAIR).runs
+
+
+def test_a_value_the_kernel_refused_is_reported_not_applied_on_every_run(caplog):
+    # A container's network namespace refuses buffer sizes above its host's (seen on
+    # the testbed: EINVAL for net.core.rmem_max = 268435456).
+    caplog.set_level(logging.DEBUG, logger="pyinfra")
+    p = _rerun(sysctls={"net.core.rmem_max": "4194304"},
+               refused={"net.core.rmem_max": "268435456"})
+    assert not p.op("gpu1", SYSCTL_REPAIR).runs
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "the kernel refuses net.core.rmem_max = 268435456 (kept at 4194304) here" in said
+    # A new wanted value is tried again.
+    p = _rerun(sysctls={"net.core.rmem_max": "4194304"},
+               refused={"net.core.rmem_max": "134217728"})
+    assert p.op("gpu1", SYSCTL_REPAIR).runs

@@ -258,3 +258,33 @@ def test_roce_ports_need_no_subnet_manager(caplog):
     assert "opensm running and enabled" not in p.names("gpu1")
     assert any("[gpu1] opensm skipped: this node's RDMA ports are RoCE" in r.getMessage()
                for r in caplog.records)
+
+
+# --- kernel modules: loaded now, and again whenever found unloaded ---------------------
+
+
+def _module_plan(modules_state):
+    facts = _facts("debian12", HOSTS)
+    for name in facts:
+        facts[name]["KernelModulesLoaded"] = modules_state
+    return plan(HOSTS, GROUPS, CLUSTER, facts, infiniband.deploy)
+
+
+def test_an_ipoib_module_found_unloaded_is_loaded_again():
+    p = _module_plan({"loaded": [], "container": None})
+    op = p.op("gpu1", "IPoIB modules loaded")
+    assert op.runs and op.text == "modprobe ib_ipoib"
+
+
+def test_loaded_ipoib_modules_are_left_alone():
+    p = _module_plan({"loaded": ["ib_ipoib"], "container": None})
+    assert not p.op("gpu1", "IPoIB modules loaded").runs
+
+
+def test_a_container_reports_the_module_it_cannot_load_and_fails_nothing(caplog):
+    caplog.set_level(logging.WARNING, logger="pyinfra")
+    p = _module_plan({"loaded": [], "container": "systemd-nspawn"})
+    assert not p.op("gpu1", "IPoIB modules loaded").runs
+    said = [r.getMessage() for r in caplog.records if "[gpu1]" in r.getMessage()]
+    assert any("kernel modules not loaded: ib_ipoib; this node is a container "
+               "(systemd-nspawn) and cannot load them" in m for m in said), said

@@ -55,3 +55,73 @@ def test_container_virt_without_the_record_asks_systemd_detect_virt(tmp_path):
                            capture_output=True, text=True).stdout
     assert ContainerVirt().process(out.stdout.splitlines()) == ContainerVirt().process(
         asked.splitlines())
+
+
+# --- drift reads (aicluster.common.drift through the facts) ---------------------------
+
+
+def test_sysctl_values_read_live_keys_and_leave_out_unknown_ones():
+    from aicluster.common.facts import SysctlValues
+
+    read = _read(SysctlValues(), keys=["kernel.ostype", "net.aicluster.never_a_key"])
+    assert read["live"] == {"kernel.ostype": "Linux"}
+
+
+def test_sysctl_drift_compares_words_and_numbers_and_skips_absent_keys():
+    from aicluster.common.drift import parse_sysctl, sysctl_drift
+
+    live = parse_sysctl(["net.ipv4.tcp_rmem = 4096\t87380\t134217728",
+                         "net.ipv4.tcp_mtu_probing = 0", "net.core.somaxconn = 4096"])
+    wanted = {"net.ipv4.tcp_rmem": "4096 87380 134217728", "net.ipv4.tcp_mtu_probing": 1,
+              "net.core.somaxconn": 4096, "net.core.rmem_max": 268435456}
+    assert sysctl_drift(wanted, live) == ["net.ipv4.tcp_mtu_probing"]
+
+
+def test_sysctl_apply_records_what_the_kernel_refuses_and_the_read_sees_it(tmp_path):
+    from aicluster.common.drift import (
+        parse_refused,
+        parse_sysctl,
+        sysctl_apply_command,
+        sysctl_command,
+        sysctl_drift,
+        sysctl_refused,
+    )
+
+    # A STAND-IN drop-in the kernel is asked nothing new by (kernel.ostype is read-only,
+    # as a refused key is): wanted values this kernel does not have.
+    dropin = tmp_path / "none.conf"
+    dropin.write_text("")
+    refused_file = str(tmp_path / "run" / "refused")
+    wanted = {"kernel.ostype": "NotLinux", "net.aicluster.never_a_key": 1}
+    subprocess.run(["sh", "-c", sysctl_apply_command(str(dropin), wanted, refused_file)],
+                   check=True)
+    out = subprocess.run(["sh", "-c", sysctl_command(sorted(wanted), refused_file)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    live, refused = parse_sysctl(out), parse_refused(out)
+    assert refused == {"kernel.ostype": "NotLinux"}
+    assert sysctl_drift(wanted, live, refused) == []
+    assert sysctl_refused(wanted, live, refused) == ["kernel.ostype"]
+
+
+def test_nft_table_drift_without_nft_reads_no_nft_and_states_parse():
+    import shutil
+
+    from aicluster.common.drift import nft_needs_load, nft_table_state
+    from aicluster.common.facts import NftTableDrift
+    if shutil.which("nft") is None:
+        assert _read(NftTableDrift(), rules_file="/nonexistent") == "no-nft"
+    assert nft_table_state(["absent"]) == "absent"
+    assert nft_table_state(["garbage"]) == "unknown"
+    assert [s for s in ("no-nft", "absent", "same", "different", "unknown")
+            if nft_needs_load(s)] == ["absent", "different"]
+
+
+def test_kernel_modules_loaded_reads_sys_module(tmp_path):
+    from aicluster.common.drift import missing_modules
+    from aicluster.common.facts import KernelModulesLoaded
+
+    # A module every Linux kernel has under /sys/module (built in or loaded), and one none has.
+    state = _read(KernelModulesLoaded(), modules=["printk", "aicluster-never-a-module"])
+    assert state["loaded"] == ["printk"]
+    assert missing_modules(["printk", "aicluster-never-a-module"], state) == [
+        "aicluster-never-a-module"]

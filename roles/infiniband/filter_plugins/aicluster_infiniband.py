@@ -5,6 +5,7 @@ filters (aicluster_network_*) write the IPoIB interfaces."""
 
 from __future__ import annotations
 
+from aicluster.common.drift import missing_modules, modules_command, parse_modules
 from aicluster.common.netconf import (
     apply_commands,
     ipoib_interfaces,
@@ -37,6 +38,10 @@ class FilterModule:
             "aicluster_infiniband_opensm": _decision,
             "aicluster_infiniband_ipoib": _ipoib,
             "aicluster_infiniband_with_netdevs": with_netdevs,
+            # Loaded kernel modules (aicluster.common.drift, as the pyinfra deploy reads them).
+            "aicluster_modules_command": modules_command,
+            "aicluster_modules_parse": parse_modules,
+            "aicluster_modules_missing": missing_modules,
             # The network role's, for the IPoIB interfaces (a role's filters are its own).
             "aicluster_network_renderer": renderer,
             "aicluster_network_files": render_files,

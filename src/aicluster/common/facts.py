@@ -13,6 +13,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from aicluster.common import drift
 from aicluster.common.disks import command_text, parse
 
 
@@ -47,6 +48,50 @@ class NftTable(FactBase):
 
     def process(self, output):
         return "\n".join(output).strip() == "yes"
+
+
+class NftTableDrift(FactBase):
+    """Whether the live nftables table matches the rules file: one of
+    :data:`aicluster.common.drift.NFT_STATES` (``absent``, ``same``, ``different`` ...),
+    compared in nft's own form (:func:`aicluster.common.drift.nft_table_command`)."""
+
+    def default(self) -> str:
+        return "no-nft"
+
+    def command(self, rules_file: str, family: str = "inet", table: str = "aicluster") -> str:
+        return drift.nft_table_command(rules_file, family, table)
+
+    def process(self, output):
+        return drift.nft_table_state(output)
+
+
+class SysctlValues(FactBase):
+    """The live values of the given sysctl keys and the values the last drift repair
+    found the kernel refused: ``{"live": {key: value}, "refused": {key: value}}``; a key
+    the kernel (or the node's network namespace) does not have is left out."""
+
+    def default(self) -> dict:
+        return {"live": {}, "refused": {}}
+
+    def command(self, keys: list[str]) -> str:
+        return drift.sysctl_command(keys)
+
+    def process(self, output):
+        return {"live": drift.parse_sysctl(output), "refused": drift.parse_refused(output)}
+
+
+class KernelModulesLoaded(FactBase):
+    """Which of the given kernel modules the kernel has (loaded or built in), and the
+    container the node runs in, if any: ``{"loaded": [...], "container": ...}``."""
+
+    def default(self) -> dict:
+        return {"loaded": [], "container": None}
+
+    def command(self, modules: list[str]) -> str:
+        return drift.modules_command(modules)
+
+    def process(self, output):
+        return drift.parse_modules(output)
 
 
 class GlobPaths(FactBase):

@@ -1,22 +1,26 @@
 """pyinfra operations several components' deploys use, written once: a template
 rendered and uploaded, a systemd manager drop-in, a system account, a command on
 another host, packages installed with bounded time and retries, the validated cluster of
-the running inventory, and a host stopped before any operation runs on it."""
+the running inventory, a host stopped before any operation runs on it, and the repairs of
+runtime drift (the live firewall table, applied sysctls, loaded kernel modules): each
+reads the node when it runs and changes something only where the node has drifted."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from io import StringIO
 from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand
+from pyinfra.api import FunctionCommand, operation
 from pyinfra.context import ctx_state
 from pyinfra.facts.files import Sha1File
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server
 
-from aicluster.common.facts import GlobPaths
+from aicluster.common import drift
+from aicluster.common.facts import GlobPaths, KernelModulesLoaded, NftTableDrift, SysctlValues
 from aicluster.common.netconf import (
     NETPLAN_FILE,
     PREFIX,
@@ -273,3 +277,63 @@ class Rollout:
             return True
 
         return FunctionCommand(_end, (), {})
+
+
+# ---------------------------------------------------------------------------
+# Runtime drift: read when the operation runs (after the files it depends on were
+# written and applied), repaired only where the node differs. Nothing is restarted.
+# ---------------------------------------------------------------------------
+
+
+@operation()
+def nft_rules_loaded(rules_file: str, family: str = "inet", table: str = "aicluster"):
+    """Load ``rules_file`` (``nft -f``) when the live table ``family table`` is missing
+    or differs from what nft makes of the file. Only that table is replaced (the file
+    deletes and recreates it); other tables are left alone."""
+    state = host.get_fact(NftTableDrift, rules_file=rules_file, family=family, table=table)
+    if drift.nft_needs_load(state):
+        yield f"nft -f {shlex.quote(rules_file)}"
+    elif state == "unknown":
+        host.noop(f"table {family} {table} loaded; it cannot be compared with {rules_file} "
+                  "here (nft could not load the file in a scratch network namespace)")
+    else:
+        host.noop(f"table {family} {table} is what {rules_file} makes")
+
+
+@operation()
+def sysctls_applied(path: str, settings: Mapping[str, Any]):
+    """Apply the drop-in ``path`` (``sysctl -e -q -p``) when a live value differs from
+    ``settings``, and record the values the kernel refuses; a value it refused before
+    is reported by name, not applied again on every run."""
+    read = host.get_fact(SysctlValues, keys=sorted(settings))
+    live, refused = read["live"], read["refused"]
+    changed = drift.sysctl_drift(settings, live, refused)
+    if changed:
+        # The keys that differ, in the command pyinfra shows with -v (a comment).
+        yield (f"{drift.sysctl_apply_command(path, settings)}  # differs: {' '.join(changed)}")
+        return
+    kept = drift.sysctl_refused(settings, live, refused)
+    if kept:
+        host.noop("the kernel refuses " + ", ".join(
+            f"{k} = {settings[k]} (kept at {live[k]})" for k in kept) + " here")
+    else:
+        host.noop(f"the live sysctl values are {path}'s")
+
+
+@operation()
+def modules_loaded(modules: list[str]):
+    """modprobe each of ``modules`` the kernel does not have. In a container (which
+    cannot load modules) a missing one is reported by name, changing nothing."""
+    state = host.get_fact(KernelModulesLoaded, modules=sorted(modules))
+    missing = drift.missing_modules(modules, state)
+    if not missing:
+        host.noop(f"kernel modules loaded: {', '.join(modules)}")
+    elif state.get("container"):
+        host.log_styled(
+            f"kernel modules not loaded: {', '.join(missing)}; this node is a container "
+            f"({state['container']}) and cannot load them: load them on its host",
+            fg="yellow", log_func=logger.warning)
+        host.noop(f"kernel modules {', '.join(missing)} cannot be loaded in a container")
+    else:
+        for module in missing:
+            yield f"modprobe {shlex.quote(module)}"

@@ -13,11 +13,14 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from aicluster.common.drift import sysctl_apply_command
 from aicluster.common.facts import ContainerVirt, NftTable
 from aicluster.common.ops import (
     current_cluster,
     install_packages,
+    nft_rules_loaded,
     put_template,
+    sysctls_applied,
     system_user,
     systemd_manager_conf,
 )
@@ -61,8 +64,16 @@ def deploy() -> None:
     )
     server.shell(
         name="Apply network sysctls",
-        commands=[f"sysctl -e -q -p {SYSCTL_FILE}"],
+        # Applied, and the values the kernel refuses recorded (see sysctls_applied).
+        commands=[sysctl_apply_command(SYSCTL_FILE, v["base_sysctl_settings"])],
         _if=sysctl_file.did_change,
+    )
+    # The live values, whatever set them since (sysctl -w, another tool): applied again
+    # where one differs, restarting nothing.
+    sysctls_applied(
+        name="Network sysctls in effect (repaired where they drifted)",
+        path=SYSCTL_FILE,
+        settings=v["base_sysctl_settings"],
     )
 
     put_template(
@@ -186,3 +197,8 @@ def _firewall(v: dict[str, Any]) -> None:
         _if=conf.did_change,
     )
     systemd.service(name="Firewall enabled", service="nftables", running=True, enabled=True)
+    # The live table, whatever changed it since (nft flush ruleset, a hand-added rule):
+    # loaded again from the rules file when missing or different, restarting nothing.
+    nft_rules_loaded(
+        name="Firewall table as written (reloaded where it drifted)", rules_file=conf_path
+    )

@@ -21,10 +21,16 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import files, systemd
 
 from aicluster.common import netconf
-from aicluster.common.ops import current_cluster, install_packages, put_template, write_config
+from aicluster.common.ops import (
+    current_cluster,
+    install_packages,
+    modules_loaded,
+    put_template,
+    write_config,
+)
 from aicluster.common.settings import layered, os_family, template_vars
 from aicluster.components.infiniband.derive import (
     IPOIB_MODULES_FILE,
@@ -97,11 +103,10 @@ def _ipoib(cluster: Cluster, v: dict[str, Any], distribution: Any, family: str,
     if not v["infiniband_ipoib_ports"]:
         host.noop("IPoIB: the inventory gives no InfiniBand port an address")
     else:
-        mods = put_template("infiniband", "aicluster-ipoib.conf.j2", IPOIB_MODULES_FILE, v,
-                            name="Load the IPoIB module at boot")
-        server.shell(name="Load the IPoIB module now",
-                     commands=[f"modprobe {m}" for m in v["infiniband_ipoib_modules"]],
-                     _if=mods.did_change)
+        put_template("infiniband", "aicluster-ipoib.conf.j2", IPOIB_MODULES_FILE, v,
+                     name="Load the IPoIB module at boot")
+        # Loaded now and whenever it is found unloaded (modprobe -r, a failed boot load).
+        modules_loaded(name="IPoIB modules loaded", modules=v["infiniband_ipoib_modules"])
     nv = {**os_vars("network", family), **layered("network", host.data.dict())}
     chosen = netconf.renderer(nv["network_renderer"], netconf.distribution_name(distribution),
                           nv["network_os_renderer"], nv["network_distribution_renderer"])

@@ -1,0 +1,97 @@
+"""Drift the deploy repairs, end to end: runtime state changed by hand on a deployed
+testbed (the live firewall table, applied sysctls) is put back by the next deploy,
+restarting nothing, and the deploy after reports 0 changes. Both engines.
+
+On the lab in miniature (every component together, shared with the other
+``test_lab*.py`` modules); each test leaves the nodes converged (repaired) at its end."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.checks import ray_start_times, slurm_start_times
+from tests.e2e.conftest import (
+    BIN,
+    TESTBED_INVENTORY,
+    ansible_changed,
+    pyinfra_results,
+    run,
+)
+
+TABLE = "nft list table inet aicluster"
+
+
+def _deploy() -> dict[str, int]:
+    proc = run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, "deploy.py"], timeout=1500)
+    # pyinfra writes its progress and results table to stderr.
+    return pyinfra_results(proc.stdout + proc.stderr)
+
+
+def _playbook() -> dict[str, int]:
+    proc = run([BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml"],
+               timeout=1500)
+    return ansible_changed(proc.stdout)
+
+
+@pytest.fixture
+def lab(lab):
+    """The lab in miniature (tests/e2e/conftest.py), deployed."""
+    first = lab.first_deploy()
+    assert first.returncode == 0, "the lab's first deploy failed (tests/e2e/test_lab.py)"
+    return lab
+
+
+def _names(lab) -> list[str]:
+    return [n["name"] for n in lab.nodes]
+
+
+def _started(lab) -> tuple[dict, dict]:
+    return ray_start_times(lab), slurm_start_times(lab)
+
+
+def test_pyinfra_reloads_a_flushed_or_altered_firewall_restarting_nothing(lab):
+    node1, node2 = _names(lab)
+    written = {n: lab.ssh(n, TABLE) for n in (node1, node2)}
+    assert all("policy drop" in t for t in written.values()), written
+    started = _started(lab)
+    lab.ssh(node1, "nft flush ruleset")
+    lab.ssh(node2, "nft add rule inet aicluster input tcp dport 9999 accept")
+    assert lab.ssh(node1, TABLE, check=False) == ""
+    assert "tcp dport 9999 accept" in lab.ssh(node2, TABLE)
+    repaired = _deploy()
+    assert repaired["errors"] == 0 and repaired["changed"] >= 2, repaired
+    # Back to what the rules file makes, on both nodes.
+    for node in (node1, node2):
+        assert lab.ssh(node, TABLE) == written[node], node
+    assert _started(lab) == started
+    again = _deploy()
+    assert again["changed"] == 0 and again["errors"] == 0, again
+
+
+def test_pyinfra_applies_a_drifted_sysctl_again(lab):
+    node1, _ = _names(lab)
+    started = _started(lab)
+    lab.ssh(node1, "sysctl -w net.ipv4.tcp_mtu_probing=0")
+    repaired = _deploy()
+    assert repaired["errors"] == 0 and repaired["changed"] >= 1, repaired
+    assert lab.ssh(node1, "sysctl -n net.ipv4.tcp_mtu_probing").strip() == "1"
+    assert _started(lab) == started
+    again = _deploy()
+    assert again["changed"] == 0 and again["errors"] == 0, again
+
+
+def test_ansible_repairs_the_same_drift(lab):
+    # Both engines leave the same files: Ansible's run after pyinfra's deploy changes
+    # only what drifted.
+    node1, node2 = _names(lab)
+    written = {n: lab.ssh(n, TABLE) for n in (node1, node2)}
+    lab.ssh(node1, "nft flush ruleset")
+    lab.ssh(node2, "nft add rule inet aicluster input tcp dport 9999 accept")
+    lab.ssh(node2, "sysctl -w net.ipv4.tcp_mtu_probing=0")
+    changed = _playbook()
+    assert changed.get(node1, 0) >= 1 and changed.get(node2, 0) >= 1, changed
+    for node in (node1, node2):
+        assert lab.ssh(node, TABLE) == written[node], node
+    assert lab.ssh(node2, "sysctl -n net.ipv4.tcp_mtu_probing").strip() == "1"
+    again = _playbook()
+    assert again and all(v == 0 for v in again.values()), again
