@@ -108,6 +108,19 @@ def one_message(message: str) -> WrapValidator:
     return WrapValidator(check)
 
 
+def matches(pattern: str, what: str) -> AfterValidator:
+    """A validator for a string: it must match ``pattern`` (from its start), else the
+    error is ``{value!r} is not {what}``."""
+    rx = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not rx.match(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
 class Entry(BaseModel):
     """An entry of a list or mapping setting with a fixed shape (a bond, a user): strict,
     an unknown key refused. A key whose default is None may be left out (the component's

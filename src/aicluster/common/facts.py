@@ -1,5 +1,6 @@
-"""Small facts about a node's system that several deploys ask: whether it is a
-container, whether an nftables table is loaded, which files a glob matches, the block
+"""The two shapes of the components' own facts (a yes/no answer, a fixed command's
+parsed output), and small facts about a node's system that several deploys ask: whether
+it is a container, whether an nftables table is loaded, which files a glob matches, the block
 devices the inventory names (:mod:`aicluster.common.disks` reads them).
 
 They are fact classes rather than ``server.Command`` reads so that
@@ -10,11 +11,47 @@ others in one command (arbitrary commands are never remembered).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
+from typing import Any
 
 from pyinfra.api import FactBase
 
 from aicluster.common import drift
 from aicluster.common.disks import command_text, parse
+
+
+class YesNoFact(FactBase):
+    """A fact whose one shell text (``shell``, each subclass its own) prints ``yes`` or
+    ``no``: True when it printed ``yes``."""
+
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
+    shares_shell = True
+    shell: str
+
+    def command(self) -> str:
+        return self.shell
+
+    def process(self, output):
+        return "".join(output).strip() == "yes"
+
+    default = bool
+
+
+class ParsedFact(FactBase):
+    """A fact whose one shell text (``shell``) prints lines that ``parse`` (each subclass
+    its own, a staticmethod) reads; with no output, what ``parse`` makes of none."""
+
+    shell: str
+    parse: Callable[[list[str]], Any]
+
+    def command(self) -> str:
+        return self.shell
+
+    def process(self, output):
+        return self.parse(output)
+
+    def default(self):
+        return self.parse([])
 
 
 class ContainerVirt(FactBase):

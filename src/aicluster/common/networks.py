@@ -29,14 +29,23 @@ def pick_network(cluster: Cluster, chosen: str | None, hosts: Iterable[str],
     return "management"
 
 
+def undeclared_network(cluster: Cluster, where: str, key: str, network: str | None) -> list[str]:
+    """The error for a network chosen under ``key`` that the inventory does not declare
+    (none when ``network`` is declared or not chosen)."""
+    if not network or network in cluster.spec.networks:
+        return []
+    return [f"{where}: {key}: {network!r} is not a network of this inventory; "
+            f"declared: {', '.join(cluster.spec.networks)}"]
+
+
 def network_errors(cluster: Cluster, name: str, key: str, network: str,
                    hint: str = "(hardware.nics, network_bonds or network_vlans)") -> list[str]:
     """The network a component runs on, checked for one host: one the inventory
     declares, on which the host has an address."""
     where = f"host {name!r}"
-    if network not in cluster.spec.networks:
-        return [f"{where}: {key}: {network!r} is not a network of this inventory; "
-                f"declared: {', '.join(cluster.spec.networks)}"]
+    undeclared = undeclared_network(cluster, where, key, network)
+    if undeclared:
+        return undeclared
     if not host_address(cluster, name, network):
         return [f"{where}: {key}: the host has no address on the {network} network"
                 + (f" {hint}" if hint else "")]

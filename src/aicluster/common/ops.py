@@ -1,14 +1,16 @@
 """pyinfra operations several components' deploys use, written once: a template
-rendered and uploaded, a systemd manager drop-in, a system account, a command on
-another host, packages installed with bounded time and retries, the validated cluster of
-the running inventory, a host stopped before any operation runs on it, and the repairs of
-runtime drift (the live firewall table, applied sysctls, loaded kernel modules): each
-reads the node when it runs and changes something only where the node has drifted."""
+rendered and uploaded, an owned directory, a systemd manager drop-in, a system account,
+a command on another host, packages installed with bounded time and retries, the
+validated cluster of the running inventory, its hosts by name, whether this host runs a
+component, a skip said at any verbosity, a host stopped before any operation runs on it,
+and the repairs of runtime drift (the live firewall table, applied sysctls, loaded kernel
+modules): each reads the node when it runs and changes something only where the node has
+drifted."""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from io import StringIO
 from typing import Any
 
@@ -72,6 +74,12 @@ def systemd_manager_conf(
     conf = put_template(component, template, dest, variables, name=name)
     server.shell(name=reload_name, commands=["systemctl daemon-reexec"], _if=conf.did_change)
     return conf
+
+
+def owned_directory(name: str, path: str, user: str, group: str | None = None,
+                    mode: str = "755"):
+    """A directory with its owner, group (the owner's own unless given) and mode (a pyinfra op)."""
+    return files.directory(name=name, path=path, user=user, group=group or user, mode=mode)
 
 
 def system_user(
@@ -159,12 +167,36 @@ def current_cluster() -> Cluster:
     return _CLUSTERS[id(inventory)]
 
 
+def inventory_hosts(names: Iterable[str]) -> Iterator[tuple[str, Any]]:
+    """``(name, pyinfra host)`` for each of ``names`` the inventory pyinfra runs has (a
+    name it lacks is passed over)."""
+    from pyinfra.context import ctx_inventory
+
+    inventory = ctx_inventory.get()
+    for name in names:
+        other = inventory.get_host(name, None)
+        if other is not None:
+            yield name, other
+
+
+def runs_here(component: str) -> bool:
+    """Whether the host pyinfra is deploying now runs ``component`` (by the inventory's
+    groups)."""
+    return component in current_cluster().hosts[host.name].components()
+
+
 def this_host(component: str) -> tuple[Cluster, str, dict[str, Any]]:
     """For the host pyinfra is deploying now: the validated cluster, the host's OS family
     and the component's template variables (:func:`aicluster.common.settings.template_vars`)."""
     cluster = current_cluster()
     family = os_family(host.get_fact(LinuxDistribution))
     return cluster, family, template_vars(component, cluster, host.name, host.data.dict(), family)
+
+
+def say(message: str) -> None:
+    """What the deploy skipped and why, shown in the output at any verbosity."""
+    host.noop(message)
+    logger.warning(f"[{host.name}] {message}")
 
 
 def refuse(problems: list[str]) -> None:

@@ -42,8 +42,13 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 
 from aicluster.common.facts import BlockDevices
-from aicluster.common.ops import current_cluster, install_packages, put_template, refuse
-from aicluster.common.settings import os_family, template_vars
+from aicluster.common.ops import (
+    install_packages,
+    put_template,
+    refuse,
+    runs_here,
+    this_host,
+)
 from aicluster.components.ceph.derive import (
     CONF,
     FSTAB,
@@ -65,13 +70,10 @@ from aicluster.secrets import SecretError
 
 @deploy("ceph", data_defaults=defaults("ceph"))
 def deploy() -> None:
-    cluster = current_cluster()
-    data = host.data.dict()
-    if "ceph" not in cluster.hosts[host.name].components():
+    if not runs_here("ceph"):
         return
+    cluster, family, v = this_host("ceph")
     distribution = host.get_fact(LinuxDistribution)
-    family = os_family(distribution)
-    v = template_vars("ceph", cluster, host.name, data, family)
     r = v["ceph_roles"]
     try:
         keys = secrets(v["ceph_keys_ref"], v["ceph_keys_name"], v["ceph_keys_bytes"],

@@ -1,6 +1,5 @@
 """Ceph's state on a node, as both engines read it: a small Python program run on the
 node (monitor quorum, OSDs, pools, CephFS) and the parsing of its JSON answer.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyinfra import host, logger
+from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.server import LinuxDistribution
@@ -29,6 +29,7 @@ from aicluster.common.ops import (
     install_packages,
     modules_loaded,
     put_template,
+    say,
     write_config,
 )
 from aicluster.common.settings import layered, os_family, template_vars
@@ -44,12 +45,6 @@ from aicluster.components.infiniband.derive import (
 from aicluster.components.infiniband.facts import InfinibandPorts
 from aicluster.inventory import Cluster
 from aicluster.render import defaults, os_vars
-
-
-def say(message: str) -> None:
-    """What the deploy skipped and why, shown in the output at any verbosity."""
-    host.noop(message)
-    logger.warning(f"[{host.name}] {message}")
 
 
 @deploy("infiniband", data_defaults=defaults("infiniband"))

@@ -7,21 +7,14 @@ none (an empty list), never as an error. The Ansible role runs the same shell
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
-
+from aicluster.common.facts import ParsedFact
 from aicluster.components.infiniband.probe import PORTS_COMMAND, parse
 
 
-class InfinibandPorts(FactBase):
+class InfinibandPorts(ParsedFact):
     """Every InfiniBand/RoCE port of the node (empty without an HCA)."""
 
     #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
-
-    def command(self) -> str:
-        return PORTS_COMMAND
-
-    def process(self, output) -> list[dict]:
-        return parse(output)
-
-    default = list
+    shell = PORTS_COMMAND
+    parse = staticmethod(parse)

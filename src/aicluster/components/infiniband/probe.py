@@ -1,6 +1,5 @@
 """The node's InfiniBand HCA ports, read from sysfs by one shell loop (state, rate, link
 layer, IPoIB netdev), and the parsing of its lines.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

@@ -33,20 +33,19 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
-from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 from aicluster import artifacts
 from aicluster.common.ops import (
     Rollout,
-    current_cluster,
     install_packages,
     put_template,
     refuse,
     run_on_other_host,
+    runs_here,
+    this_host,
 )
-from aicluster.common.settings import os_family, template_vars
 from aicluster.components.k3s.derive import (
     CONFIG_DIR,
     CONFIG_FILE,
@@ -93,12 +92,9 @@ def rollout(step: str, admin: str = "", drain: str = "", uncordon: str = "",
 
 @deploy("k3s", data_defaults=defaults("k3s"))
 def deploy() -> None:
-    cluster = current_cluster()
-    data = host.data.dict()
-    if "k3s" not in cluster.hosts[host.name].components():
+    if not runs_here("k3s"):
         return
-    family = os_family(host.get_fact(LinuxDistribution))
-    v = template_vars("k3s", cluster, host.name, data, family)
+    cluster, family, v = this_host("k3s")
     node = host.get_fact(K3sNode, unit=v["k3s_unit"], node_ip=v["k3s_node_ip"])
     try:
         token = cluster_token(v["k3s_token_ref"], v["k3s_token_bytes"])

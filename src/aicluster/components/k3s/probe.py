@@ -1,6 +1,5 @@
 """What a k3s node has: the binary's version, the token file's digest, the unit's state
 and whether the node is Ready, read by one shell command and parsed.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

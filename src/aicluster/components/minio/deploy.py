@@ -41,21 +41,22 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.context import ctx_inventory, ctx_state
-from pyinfra.facts.server import LinuxDistribution
+from pyinfra.context import ctx_state
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from aicluster import artifacts
 from aicluster.common.facts import BlockDevices
 from aicluster.common.ops import (
-    current_cluster,
     install_packages,
+    inventory_hosts,
     put_template,
     refuse,
+    runs_here,
     system_user,
+    this_host,
 )
-from aicluster.common.settings import layered, os_family, template_vars
+from aicluster.common.settings import layered
 from aicluster.components.minio.derive import (
     ENV_FILE,
     FSTAB,
@@ -84,12 +85,8 @@ from aicluster.secrets import SecretError
 
 def read_states(cluster: Cluster) -> dict[str, tuple[dict[str, Any], str, str]]:
     """Every MinIO host's MinioState, its binary path and pinned checksum."""
-    inventory = ctx_inventory.get()
     out = {}
-    for name in minio_hosts(cluster):
-        other = inventory.get_host(name, None)
-        if other is None:
-            continue
+    for name, other in inventory_hosts(minio_hosts(cluster)):
         data = other.data.dict()
         ov = {**layered("minio", data), **derived_vars(cluster, name, data)}
         state = other.get_fact(
@@ -105,12 +102,9 @@ def read_states(cluster: Cluster) -> dict[str, tuple[dict[str, Any], str, str]]:
 
 @deploy("minio", data_defaults=defaults("minio"))
 def deploy() -> None:
-    cluster = current_cluster()
-    data = host.data.dict()
-    if "minio" not in cluster.hosts[host.name].components():
+    if not runs_here("minio"):
         return
-    family = os_family(host.get_fact(LinuxDistribution))
-    v = template_vars("minio", cluster, host.name, data, family)
+    cluster, family, v = this_host("minio")
     states = read_states(cluster)
     state = states[host.name][0]
     block = host.get_fact(BlockDevices, devices=v["minio_device_list"],

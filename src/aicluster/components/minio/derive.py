@@ -20,7 +20,12 @@ from aicluster.common.disks import cache_devices, check_devices, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
 from aicluster.common.mounts import mount_command
-from aicluster.common.networks import host_address, network_errors, pick_network
+from aicluster.common.networks import (
+    host_address,
+    network_errors,
+    pick_network,
+    undeclared_network,
+)
 from aicluster.common.settings import config_text, differs_from_first, layered, merge_config
 from aicluster.components.minio.probe import ALIAS, MC
 from aicluster.components.minio.probe import command_text as state_command_text
@@ -423,11 +428,9 @@ def validate(cluster: Cluster) -> list[str]:
     c = cluster_data(cluster, {})
     where_c = f"host {first!r}"
     errors += differs_from_first("minio", cluster, names, SHARED, "MinIO host")
-    network = c["minio_network"]
-    if network and network not in cluster.spec.networks:
-        errors.append(f"{where_c}: minio_network: {network!r} is not a network of this "
-                      f"inventory; declared: {', '.join(cluster.spec.networks)}")
-        return errors
+    undeclared = undeclared_network(cluster, where_c, "minio_network", c["minio_network"])
+    if undeclared:
+        return errors + undeclared
     chosen = minio_network(cluster, {})
     for name in names:
         errors += network_errors(cluster, name, "minio_network", chosen)

@@ -17,6 +17,7 @@ from aicluster.fields import (
     Port,
     SecretName,
     Version,
+    matches,
 )
 from aicluster.inventory import DEVICE_RE, ComponentSettings
 
@@ -24,16 +25,6 @@ from aicluster.inventory import DEVICE_RE, ComponentSettings
 COMPUTED_ENV = ("MINIO_VOLUMES", "MINIO_OPTS", "MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD",
                 "MINIO_ROOT_USER_FILE", "MINIO_ROOT_PASSWORD_FILE", "MINIO_ACCESS_KEY",
                 "MINIO_SECRET_KEY")
-
-
-def _matches(pattern: str, what: str):
-    rx = re.compile(pattern)
-
-    def check(value: str) -> str:
-        if not rx.match(value):
-            raise ValueError(f"{value!r} is not {what}")
-        return value
-    return check
 
 
 def _device(value: str) -> str:
@@ -50,9 +41,7 @@ def _bucket_name(value: str) -> str:
     return value
 
 
-def _env_name(value: str) -> str:
-    if not re.match(r"^MINIO_[A-Z0-9_]+$", value):
-        raise ValueError(f"{value!r} is not a MinIO environment variable (MINIO_...)")
+def _not_computed(value: str) -> str:
     if value in COMPUTED_ENV:
         raise ValueError("is computed from the inventory (drives, addresses, the "
                          "root secret); set it through the minio_* settings")
@@ -105,7 +94,9 @@ class Bucket(BaseModel):
     versioning: bool | None = None
 
 
-MinioEnv = dict[Annotated[str, AfterValidator(_env_name)],
+MinioEnv = dict[Annotated[str, matches(r"^MINIO_[A-Z0-9_]+$",
+                                        "a MinIO environment variable (MINIO_...)"),
+                          AfterValidator(_not_computed)],
                 Annotated[Any, AfterValidator(_env_value)]]
 LocalFile = Annotated[str, AfterValidator(_local_file)]
 
@@ -125,10 +116,10 @@ class Settings(ComponentSettings):
     minio_data_dir: AbsPath
     minio_mount_prefix: AbsPath
     minio_mount_options: list[MountOption]
-    minio_fs_label: Annotated[str, AfterValidator(_matches(
-        r"^[A-Za-z0-9_-]{1,12}$", "an XFS label (1-12 letters, digits, '_', '-')"))]
-    minio_root_user: Annotated[str, AfterValidator(_matches(
-        r"^[A-Za-z0-9._~-]{3,64}$", "a root user name (3-64 letters, digits, '.', '_', '~', '-')"))]
+    minio_fs_label: Annotated[str, matches(
+        r"^[A-Za-z0-9_-]{1,12}$", "an XFS label (1-12 letters, digits, '_', '-')")]
+    minio_root_user: Annotated[str, matches(
+        r"^[A-Za-z0-9._~-]{3,64}$", "a root user name (3-64 letters, digits, '.', '_', '~', '-')")]
     minio_root_keys_name: SecretName
     minio_root_keys_bytes: Annotated[int, Field(ge=32, le=4096)]
     #: "": no TLS.

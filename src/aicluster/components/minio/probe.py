@@ -1,6 +1,5 @@
 """What a MinIO server has: the binary's and mc's versions, the mounted drives and, from
 the first server, the buckets; one shell command and its key=value answer.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

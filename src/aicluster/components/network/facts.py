@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
+from aicluster.common.facts import ParsedFact
 from aicluster.components.network.probe import (
     INTERFACES_COMMAND,
     management_command,
@@ -19,19 +20,13 @@ from aicluster.components.network.probe import (
 )
 
 
-class NetworkInterfaces(FactBase):
+class NetworkInterfaces(ParsedFact):
     """The node's network interfaces, as :func:`parse_interfaces` describes them."""
 
     #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
     shares_shell = True
-
-    def command(self) -> str:
-        return INTERFACES_COMMAND
-
-    def process(self, output) -> list[dict]:
-        return parse_interfaces(output)
-
-    default = list
+    shell = INTERFACES_COMMAND
+    parse = staticmethod(parse_interfaces)
 
 
 class ManagementInterface(FactBase):

@@ -1,6 +1,5 @@
 """The node's network interfaces (names, MACs, links) and which one carries the management
 address, read by shell commands and parsed.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

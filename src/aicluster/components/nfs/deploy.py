@@ -23,14 +23,20 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from pyinfra import host, logger
+from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.server import LinuxDistribution, Mounts
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from aicluster.common.ops import current_cluster, install_packages, put_template
+from aicluster.common.ops import (
+    current_cluster,
+    install_packages,
+    owned_directory,
+    put_template,
+    say,
+)
 from aicluster.common.settings import os_family, template_vars
 from aicluster.components.nfs.derive import (
     EXPORTS_FILE,
@@ -46,12 +52,6 @@ from aicluster.render import defaults, render
 # ---------------------------------------------------------------------------
 # The pyinfra deploy
 # ---------------------------------------------------------------------------
-
-
-def say(message: str) -> None:
-    """What the deploy skipped and why, shown in the output at any verbosity."""
-    host.noop(message)
-    logger.warning(f"[{host.name}] {message}")
 
 
 @deploy("nfs", data_defaults=defaults("nfs"))
@@ -104,13 +104,8 @@ def _mask_rpc_pipefs(v: dict[str, Any]) -> None:
 
 def _export_dirs(v: dict[str, Any]) -> None:
     for e in v["nfs_export_list"]:
-        files.directory(
-            name=f"Export directory {e['path']}",
-            path=e["path"],
-            user=e["owner"],
-            group=e["group"],
-            mode=e["mode"],
-        )
+        owned_directory(f"Export directory {e['path']}", e["path"], e["owner"], e["group"],
+                        e["mode"])
 
 
 def _kernel_server(v: dict[str, Any], family: str) -> None:

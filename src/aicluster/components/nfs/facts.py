@@ -8,20 +8,12 @@ Ansible role runs the same shell (:data:`KERNEL_COMMAND`) and parses its output 
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
-
+from aicluster.common.facts import ParsedFact
 from aicluster.components.nfs.probe import KERNEL_COMMAND, parse
 
 
-class NfsKernel(FactBase):
+class NfsKernel(ParsedFact):
     """The kernel's NFS client, server and rpc_pipefs (present or loadable)."""
 
-    def command(self) -> str:
-        return KERNEL_COMMAND
-
-    def process(self, output):
-        return parse(output)
-
-    @staticmethod
-    def default():
-        return parse([])
+    shell = KERNEL_COMMAND
+    parse = staticmethod(parse)

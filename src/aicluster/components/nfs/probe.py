@@ -1,6 +1,5 @@
 """Whether the node's kernel can serve and mount NFS: the filesystems it has registered
 and the modules modprobe could load, read without loading anything.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

@@ -13,20 +13,12 @@ filter plugin.
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
-
+from aicluster.common.facts import ParsedFact
 from aicluster.components.nvidia.probe import FACT_COMMAND, parse
 
 
-class NvidiaNode(FactBase):
+class NvidiaNode(ParsedFact):
     """What the node has of NVIDIA hardware and software (see :func:`parse`)."""
 
-    def command(self) -> str:
-        return FACT_COMMAND
-
-    def process(self, output):
-        return parse(output)
-
-    @staticmethod
-    def default():
-        return parse([])
+    shell = FACT_COMMAND
+    parse = staticmethod(parse)

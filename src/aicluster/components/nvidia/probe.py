@@ -1,6 +1,5 @@
 """The node's NVIDIA devices and driver: PCI GPUs and NVSwitches, the loaded and the
 installed driver, held packages; the command and the parsing of its lines.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from aicluster.common.facts import BlockDevices
 from aicluster.common.ops import (
     current_cluster,
     install_packages,
+    owned_directory,
     put_template,
     refuse,
     system_user,
@@ -167,13 +168,8 @@ def _directories(v: dict[str, Any]) -> None:
             shell="/usr/sbin/nologin",
         )
     for d in v["nvme_cache_directory_list"]:
-        files.directory(
-            name=f"Cache directory {d['path']}",
-            path=d["path"],
-            user=d["owner"],
-            group=d["group"],
-            mode=d["mode"],
-        )
+        owned_directory(f"Cache directory {d['path']}", d["path"], d["owner"], d["group"],
+                        d["mode"])
     put_template(
         "nvme_cache",
         "aicluster-nvme-cache.sh.j2",

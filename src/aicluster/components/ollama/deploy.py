@@ -31,7 +31,7 @@ from pyinfra.operations.util import any_changed
 
 from aicluster import artifacts
 from aicluster.common.ops import install_packages as _install_packages
-from aicluster.common.ops import put_template, system_user, this_host
+from aicluster.common.ops import owned_directory, put_template, system_user, this_host
 from aicluster.common.settings import NETWORK_ARGS
 from aicluster.components.ollama.derive import (
     BIN_LINK,
@@ -122,13 +122,8 @@ def _server(v: dict[str, Any], family: str, me: Mapping[str, Any], missing: list
         target=f"{release}/bin/ollama",
     )
     if not v["ollama_models_on_cache"]:
-        files.directory(
-            name=f"Models directory {v['ollama_models_path']}",
-            path=v["ollama_models_path"],
-            user=v["ollama_user"],
-            group=v["ollama_user"],
-            mode="755",
-        )
+        owned_directory(f"Models directory {v['ollama_models_path']}", v["ollama_models_path"],
+                        v["ollama_user"])
     unit = put_template("ollama", "ollama.service.j2", UNIT, v, name="Write the Ollama unit")
     files.directory(name="Ollama unit drop-in directory", path=DROPIN_DIR)
     dropin = put_template("ollama", "aicluster.conf.j2", DROPIN, v,

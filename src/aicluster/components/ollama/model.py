@@ -21,6 +21,7 @@ from aicluster.fields import (
     Sha256,
     Size,
     Version,
+    matches,
     or_empty,
 )
 from aicluster.inventory import ComponentSettings
@@ -74,12 +75,6 @@ def _model_name(name: str) -> str:
     return name
 
 
-def _size(value: str) -> str:
-    if not re.match(r"^[0-9]+[kKmMgG]?$", value):
-        raise ValueError(f"{value!r} is not an nginx size (like '0' for no limit, '100m', '1g')")
-    return value
-
-
 class Settings(ComponentSettings):
     ollama_version: Annotated[Version, AfterValidator(_set)]
     ollama_artifacts: ArtifactPins
@@ -116,4 +111,5 @@ class Settings(ComponentSettings):
     ollama_gateway_connect_timeout: Count
     ollama_gateway_proxy_timeout: Count
     ollama_gateway_keepalive: Count
-    ollama_gateway_client_max_body_size: Annotated[str, AfterValidator(_size)]
+    ollama_gateway_client_max_body_size: Annotated[str, matches(
+        r"^[0-9]+[kKmMgG]?$", "an nginx size (like '0' for no limit, '100m', '1g')")]

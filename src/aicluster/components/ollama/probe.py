@@ -1,6 +1,5 @@
 """What an Ollama node has: the installed release, the models on disk and the gateway's
 state, read by one shell command and parsed.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

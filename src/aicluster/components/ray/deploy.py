@@ -17,12 +17,13 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
-from pyinfra.context import ctx_inventory
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, pip, server, systemd
 
 from aicluster.common.ops import (
     install_packages,
+    inventory_hosts,
+    owned_directory,
     put_template,
     system_user,
     this_host,
@@ -44,12 +45,8 @@ from aicluster.render import defaults, os_vars
 
 def read_nodes(cluster: Cluster) -> dict[str, dict[str, Any]]:
     """The RayNode fact of every Ray node of the inventory pyinfra runs."""
-    inventory = ctx_inventory.get()
     out = {}
-    for name in ray_hosts(cluster):
-        other = inventory.get_host(name, None)
-        if other is None:
-            continue
+    for name, other in inventory_hosts(ray_hosts(cluster)):
         family = os_family(other.get_fact(LinuxDistribution))
         # What the node's own deploy reads (its template_vars), without working out
         # all of its derived values for every other node's deploy.
@@ -75,13 +72,8 @@ def deploy() -> None:
     if v["ray_temp_dir_make"]:
         # The same path on every Ray node: workers use the head's. World-writable, as
         # Ray makes it when it starts (so a re-run finds nothing to change).
-        files.directory(
-            name=f"Ray's temporary directory {v['ray_temp_path']}",
-            path=v["ray_temp_path"],
-            user=v["ray_user"],
-            group=v["ray_user"],
-            mode="777",
-        )
+        owned_directory(f"Ray's temporary directory {v['ray_temp_path']}", v["ray_temp_path"],
+                        v["ray_user"], mode="777")
 
     # The upgrade order: workers stop, the head switches and restarts, workers rejoin.
     # pyinfra orders operations as a graph of each host's own sequence; the wait below

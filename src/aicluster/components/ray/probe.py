@@ -1,6 +1,5 @@
 """What a Ray node has: the venv's Ray version, its units and the node's address, read
 by one shell command and parsed.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations

@@ -4,37 +4,20 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
+from aicluster.common.facts import YesNoFact
 from aicluster.components.slurm.probe import CGROUP_COMMAND, NVIDIA_COMMAND
 
 
-class CgroupWritable(FactBase):
+class CgroupWritable(YesNoFact):
     """True when Slurm's cgroup plugins can work here (cgroups mounted read-write)."""
 
-    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
-    shares_shell = True
-
-    def command(self) -> str:
-        return CGROUP_COMMAND
-
-    def process(self, output):
-        return "".join(output).strip() == "yes"
-
-    default = bool
+    shell = CGROUP_COMMAND
 
 
-class NvidiaDriver(FactBase):
+class NvidiaDriver(YesNoFact):
     """True when the NVIDIA kernel driver is loaded (not merely installed)."""
 
-    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
-    shares_shell = True
-
-    def command(self) -> str:
-        return NVIDIA_COMMAND
-
-    def process(self, output):
-        return "".join(output).strip() == "yes"
-
-    default = bool
+    shell = NVIDIA_COMMAND
 
 
 class SlurmConf(FactBase):

@@ -1,6 +1,5 @@
 """Two reads the Slurm component takes from its nodes: whether cgroup v2 is writable for
 slurmd, and whether an NVIDIA driver is loaded.
-Engine-free: the pyinfra fact in facts.py and the Ansible role both use it.
 """
 
 from __future__ import annotations
