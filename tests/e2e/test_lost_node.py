@@ -1,0 +1,130 @@
+"""A node lost mid-run (docs/rerunning.md, "A node lost mid-run"): its link is cut on
+the host while a pyinfra deploy with work on both nodes runs. The run lets it go after
+its first connection failure (one bounded check), names it in one line, finishes the
+other node and exits non-zero; once the link is back, a re-run converges and the next
+one changes nothing.
+
+The cut is the testbed's: the node's management veth on the host set down
+(``ip link set vb-node2 down``), which stops every packet to and from it at once, as a
+pulled cable would (TESTBED.md). The testbed is left converged, link up, with the
+overrides it had, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from aicluster.testbed.state import host_veth_names, state_dir
+from tests.e2e.checks import make_standin_gpus
+from tests.e2e.conftest import BIN, TESTBED_INVENTORY, env, fresh_testbed, pyinfra_results, run
+
+#: A change that gives both nodes work (their network sysctl drop-in is rewritten).
+CHANGE = {"base_sysctl": {"net.core.somaxconn": 8192}}
+SYSCTL_FILE = "/etc/sysctl.d/90-aicluster-network.conf"
+
+
+def _deploy() -> subprocess.CompletedProcess:
+    return run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, "deploy.py"], timeout=1500,
+               check=False)
+
+
+def _output(proc: subprocess.CompletedProcess) -> str:
+    # pyinfra writes its progress and results table to stderr.
+    return proc.stdout + proc.stderr
+
+
+def _link(name: str, up: bool) -> None:
+    subprocess.run(["ip", "link", "set", name, "up" if up else "down"], check=True)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """A fresh two-node testbed with the whole stack deployed by pyinfra."""
+    with fresh_testbed() as (bed, _):
+        make_standin_gpus(bed)
+        proc = _deploy()
+        result = pyinfra_results(_output(proc))
+        assert proc.returncode == 0 and result["errors"] == 0, result
+        yield bed
+
+
+def _deploy_cutting(veth: str) -> tuple[int, list[tuple[float, str]], float | None]:
+    """A deploy during which *veth* is set down as soon as operations start running:
+    (exit status, its output lines with the seconds since start, when it was cut)."""
+    proc = subprocess.Popen(
+        [str(BIN / "pyinfra"), "-y", str(TESTBED_INVENTORY), "deploy.py"],
+        cwd=TESTBED_INVENTORY.parents[1], env=env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    guard = threading.Timer(1500, proc.kill)  # a hung run fails the test, not the suite
+    guard.start()
+    start, lines, cut = time.monotonic(), [], None
+    try:
+        for line in proc.stdout:
+            lines.append((time.monotonic() - start, line.rstrip("\n")))
+            print(line, end="", flush=True)
+            if cut is None and "Beginning operation run" in line:
+                _link(veth, up=False)
+                cut = time.monotonic() - start
+                print(f"--- test: {veth} set down at {cut:.1f} s", flush=True)
+        code = proc.wait()
+    finally:
+        guard.cancel()
+    return code, lines, cut
+
+
+def test_a_node_lost_mid_run_is_let_go_then_rejoins(lab):
+    node1, node2 = (n["name"] for n in lab.nodes)
+    veth = host_veth_names(node2)[0]
+    overrides = state_dir() / "overrides.json"
+    before = overrides.read_text() if overrides.exists() else None
+    old = json.loads(before) if before else {}
+    converged = False
+    try:
+        overrides.write_text(json.dumps({**old, **CHANGE}))
+        code, lines, cut = _deploy_cutting(veth)
+        texts = [text for _, text in lines]
+        assert cut is not None, "the deploy never started running operations"
+        assert code != 0, "a run that lost a node exited 0"
+        lost = [t for t in texts if " LOST: " in t]
+        assert len(lost) == 1 and f"{node2} LOST: " in lost[0], lost
+        assert "out of this run" in lost[0]
+        # The lost node's errors: the operation that found it lost, not one per
+        # remaining operation (52 before).
+        node2_errors = [t for t in texts if f"[{node2}]" in t and any(
+            word in t for word in ("Error", "error", "could not", "No route", "timed out"))]
+        print(f"--- test: {len(node2_errors)} error line(s) for {node2}:", *node2_errors,
+              sep="\n")
+        assert len(node2_errors) <= 8, node2_errors
+        assert not [t for t in texts if f"[{node1}]" in t and "Error" in t]
+        # node1 finished its work: its change is there.
+        assert "net.core.somaxconn = 8192" in lab.ssh(node1, f"cat {SYSCTL_FILE}")
+        node1_last = max(t for t, text in lines if f"[{node1}]" in text)
+        lost_at = next(t for t, text in lines if " LOST: " in text)
+        print(f"--- test: cut at {cut:.1f} s, {node2} let go at {lost_at:.1f} s, {node1}'s "
+              f"last line at {node1_last:.1f} s, run ended at {lines[-1][0]:.1f} s")
+
+        _link(veth, up=True)
+        again = _deploy()
+        result = pyinfra_results(_output(again))
+        assert again.returncode == 0 and result["errors"] == 0, result
+        assert "net.core.somaxconn = 8192" in lab.ssh(node2, f"cat {SYSCTL_FILE}")
+        third = _deploy()
+        result = pyinfra_results(_output(third))
+        assert third.returncode == 0 and result["errors"] == 0, result
+        assert result["changed"] == 0, result
+    finally:
+        _link(veth, up=True)
+        if before is None:
+            overrides.unlink(missing_ok=True)
+        else:
+            overrides.write_text(before)
+        # Back to the testbed's own settings, converged, for whatever runs next.
+        final = _deploy()
+        result = pyinfra_results(_output(final))
+        converged = final.returncode == 0 and result["errors"] == 0
+    assert converged, "the testbed did not converge back after the test"
