@@ -8,17 +8,23 @@ not built yet are skipped.
 
 from pyinfra import host, logger
 
-from aicluster import accel
+from aicluster import accel, dryrun
 from aicluster.artifacts import ArtifactError, resolve_cluster
-from aicluster.common.ops import current_cluster
+from aicluster.common.ops import current_cluster, pyinfra_dry
 from aicluster.components import component_module
 from aicluster.connectors.openssh import HostLost
 from aicluster.inventory import InventoryError
+
+# `pyinfra ... --dry` changes nothing anywhere, this machine included: release artifacts
+# not yet here are not downloaded, missing secrets not generated; each is named in one
+# line ("aicluster: --dry: would ...") and the plan goes on (aicluster.dryrun).
+dryrun.set_dry(pyinfra_dry())
 
 try:
     _cluster = current_cluster()
 except InventoryError as exc:
     raise SystemExit(f"aicluster: {exc}") from None
+
 
 def _deploy_host() -> None:
     # The pyinfra accelerator (aicluster.accel): facts read once per host and the last

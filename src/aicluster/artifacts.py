@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import http.client
+import io
 import os
 import shutil
 import sys
@@ -63,7 +64,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from aicluster import ROLES_DIR, __version__
+from aicluster import ROLES_DIR, __version__, dryrun
 
 #: Architectures artifacts are pinned for (Debian's names, as vendors use them).
 ARCHES = ("amd64", "arm64")
@@ -478,7 +479,8 @@ class Store:
         if cached.is_file():
             if file_sha256(cached) == art.sha256:
                 return cached, "cache"
-            cached.unlink()  # damaged in the cache: fetched again
+            if not dryrun.is_dry():  # (a dry run leaves it for the real one)
+                cached.unlink()  # damaged in the cache: fetched again
         return None, ""
 
     def status(self, art: Artifact) -> str:
@@ -496,6 +498,10 @@ class Store:
         path, _where = self.find(art)
         if path is not None:
             return path
+        if dryrun.is_dry():
+            dryrun.would(f"download {art.label} from {art.url} (sha256 {art.sha256}) into "
+                         f"{self.cache_path(art)}")
+            return self.cache_path(art)
         if not self.download:
             raise ArtifactError(f"{art.label}: not found locally and downloads are off")
         if self.offline_reason:
@@ -740,6 +746,16 @@ def put(
         path = resolve_cluster(cluster)[art.key]
     except ArtifactError as exc:
         raise DeployError(str(exc)) from None
+    if dryrun.is_dry() and not path.is_file():
+        # Not downloaded (a dry run): planned as an upload of a placeholder, never sent.
+        return files.put(
+            name=(op_name or f"Install {art.label} at {dest}") + " (--dry: not downloaded)",
+            src=io.BytesIO(f"aicluster --dry: {art.label} not downloaded\n".encode()),
+            dest=dest,
+            mode=mode,
+            user=user,
+            group=group,
+        )
     return files.put(
         name=op_name or f"Install {art.label} at {dest}",
         src=str(path),

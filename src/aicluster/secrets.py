@@ -5,6 +5,9 @@ file on the deploying machine) or ``{"env": VARIABLE}``. A file reference that d
 not exist yet is generated once, with random bytes, mode 0600 (its directory 0700),
 so a cluster gets its munge key the first time it is deployed and the same key
 every time after. A secret's value is never printed, logged or put in an error.
+In a dry run (:mod:`aicluster.dryrun`, ``pyinfra ... --dry``) nothing is written: the
+secret that would be generated is named (``would generate ...``) and the plan gets
+random bytes held in memory for this run only.
 
     python -m aicluster.secrets generate PATH [--bytes N]
 
@@ -20,6 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aicluster import dryrun
+
+#: A dry run's stand-ins for secrets it did not generate: path -> bytes, in memory only.
+_DRY_VALUES: dict[Path, bytes] = {}
 
 class SecretError(Exception):
     """A secret cannot be had. The message names the secret and where it was looked
@@ -76,6 +83,10 @@ def read_secret(
     if "file" in ref:
         path = Path(ref["file"]).expanduser()
         if generate_bytes and not path.exists():
+            if dryrun.is_dry():
+                dryrun.would(f"generate the secret {name} at {path} ({generate_bytes} "
+                             "random bytes, mode 0600); this plan uses a value held in memory")
+                return _DRY_VALUES.setdefault(path, os.urandom(generate_bytes))
             generate_file(path, generate_bytes)
         try:
             value = path.read_bytes()
