@@ -818,15 +818,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aicluster.artifacts")
     sub = parser.add_subparsers(dest="command", required=True)
     ens = sub.add_parser("ensure", help="have every artifact of INVENTORY, verified")
+    ens.add_argument("--dry", action=argparse.BooleanOptionalAction, default=False,
+                     help="download nothing; name what would be downloaded (Ansible's "
+                          "check mode)")
     ens.add_argument("inventory")
     args = parser.parse_args(argv)
+    dryrun.set_dry(args.dry)
     try:
         cluster = load_cluster(args.inventory)
         paths = resolve_cluster(cluster)
     except (InventoryError, ArtifactError) as exc:
         print(f"aicluster: {exc}", file=sys.stderr)
         return 2
-    print(f"{len(paths)} release artifact(s) verified")
+    missing = sum(1 for path in paths.values() if not path.is_file())
+    if missing:
+        print(f"{len(paths) - missing} release artifact(s) verified, {missing} not downloaded "
+              "(--dry)")
+    else:
+        print(f"{len(paths)} release artifact(s) verified")
     return 0
 
 

@@ -72,18 +72,21 @@ def generate_file(path: str | os.PathLike, size: int = 1024) -> bool:
 
 
 def read_secret(
-    secrets: Mapping[str, Any], name: str, *, generate_bytes: int | None = None
+    secrets: Mapping[str, Any], name: str, *, generate_bytes: int | None = None,
+    dry: bool = False,
 ) -> bytes:
     """The secret ``name`` of the inventory's ``secrets`` mapping, as bytes.
 
-    With ``generate_bytes``, a file reference that does not exist is generated first.
+    With ``generate_bytes``, a file reference that does not exist is generated first,
+    unless the run is dry (*dry*, Ansible's check mode, or :func:`aicluster.dryrun.is_dry`,
+    pyinfra's ``--dry``): then it is named and a value held in memory is returned.
     An environment reference must be set (and non-empty).
     """
     ref = _ref(secrets, name)
     if "file" in ref:
         path = Path(ref["file"]).expanduser()
         if generate_bytes and not path.exists():
-            if dryrun.is_dry():
+            if dry or dryrun.is_dry():
                 dryrun.would(f"generate the secret {name} at {path} ({generate_bytes} "
                              "random bytes, mode 0600); this plan uses a value held in memory")
                 return _DRY_VALUES.setdefault(path, os.urandom(generate_bytes))

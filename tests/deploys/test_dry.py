@@ -154,3 +154,23 @@ def test_without_dry_the_same_deploy_generates_the_secrets(machine, monkeypatch,
 ])
 def test_pyinfra_dry_reads_pyinfras_command_line_as_pyinfra_does(argv, dry):
     assert pyinfra_dry(argv) is dry
+
+
+def test_ansibles_check_mode_generates_no_secret(tmp_path, monkeypatch, capsys):
+    """The roles' filters read secrets on the deploying machine; given Ansible's check
+    mode (``ansible_check_mode``) they generate none (the ``generate`` command tasks
+    are skipped in check mode by Ansible itself)."""
+    from aicluster.components.ceph import derive as ceph
+    from aicluster.components.k3s import derive as k3s
+    from aicluster.components.minio import derive as minio
+
+    monkeypatch.setattr(dryrun, "_SAID", set())
+    monkeypatch.setattr(secrets, "_DRY_VALUES", {})
+    k3s.cluster_token({"file": str(tmp_path / "k3s-token")}, 48, dry=True)
+    minio.root_password({"file": str(tmp_path / "minio.keys")}, "minio_root_keys", 32, dry=True)
+    ceph.secrets({"file": str(tmp_path / "ceph.secret")}, "ceph_keys", 64, "", [], "n1",
+                 {}, "admin", dry=True)
+    assert list(tmp_path.iterdir()) == []
+    err = capsys.readouterr().err
+    for name in ("k3s-token", "minio.keys", "ceph.secret"):
+        assert "would generate the secret" in err and str(tmp_path / name) in err
