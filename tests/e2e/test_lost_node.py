@@ -1,4 +1,11 @@
-"""A node lost mid-run (docs/rerunning.md, "A node lost mid-run"): its link is cut on
+"""A dry run that changes nothing on the deploying machine, and a node lost mid-run
+(docs/rerunning.md).
+
+``pyinfra inventories/testbed.py deploy.py --dry`` with a secret the inventory names as
+a file that does not exist yet: the run plans, names the secret it would generate, and
+leaves the secret, artifact-cache and fact-reads directories exactly as they were.
+
+A node lost mid-run (docs/rerunning.md, "A node lost mid-run"): its link is cut on
 the host while a pyinfra deploy with work on both nodes runs. The run lets it go after
 its first connection failure (one bounded check), names it in one line, finishes the
 other node and exits non-zero; once the link is back, a re-run converges and the next
@@ -12,6 +19,7 @@ overrides it had, whatever happens.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import threading
@@ -19,6 +27,8 @@ import time
 
 import pytest
 
+from aicluster.accel.memo import READS_DIR
+from aicluster.artifacts import default_cache_dir
 from aicluster.testbed.state import host_veth_names, state_dir
 from tests.e2e.checks import make_standin_gpus
 from tests.e2e.conftest import BIN, TESTBED_INVENTORY, env, fresh_testbed, pyinfra_results, run
@@ -51,6 +61,45 @@ def lab():
         result = pyinfra_results(_output(proc))
         assert proc.returncode == 0 and result["errors"] == 0, result
         yield bed
+
+
+def _snapshot(*dirs) -> dict[str, str]:
+    """Every path under *dirs*: its mode, modification time and content's hash."""
+    out = {}
+    for top in dirs:
+        top = top.expanduser()
+        for path in sorted([top, *top.rglob("*")]) if top.exists() else []:
+            info = path.lstat()
+            digest = "dir"
+            if path.is_file():
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[str(path)] = f"{oct(info.st_mode)} {info.st_mtime_ns} {digest}"
+    return out
+
+
+def test_dry_changes_nothing_on_the_deploying_machine(lab, tmp_path):
+    overrides = state_dir() / "overrides.json"
+    before = overrides.read_text() if overrides.exists() else None
+    old = json.loads(before) if before else {}
+    key = tmp_path / "secrets" / "munge.key"  # not there yet, as on a fresh checkout
+    dirs = (tmp_path, state_dir() / "secrets", default_cache_dir(), READS_DIR)
+    try:
+        overrides.write_text(json.dumps({**old, "secrets": {"munge_key": {"file": str(key)}}}))
+        machine = _snapshot(*dirs)
+        proc = run([BIN / "pyinfra", TESTBED_INVENTORY, "deploy.py", "--dry"], timeout=900,
+                   check=False)
+        assert _snapshot(*dirs) == machine
+    finally:
+        if before is None:
+            overrides.unlink(missing_ok=True)
+        else:
+            overrides.write_text(before)
+    out = _output(proc)
+    assert proc.returncode == 0
+    assert (f"aicluster: --dry: would generate the secret munge_key at {key} (1024 random "
+            "bytes, mode 0600)") in out
+    assert out.count("would generate the secret munge_key") == 1
+    assert "Beginning operation run" not in out
 
 
 def _deploy_cutting(veth: str) -> tuple[int, list[tuple[float, str]], float | None]:
