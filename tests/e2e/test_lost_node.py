@@ -137,6 +137,12 @@ def test_a_node_lost_mid_run_is_let_go_then_rejoins(lab):
         overrides.write_text(json.dumps({**old, **CHANGE}))
         code, lines, cut = _deploy_cutting(veth)
         texts = [text for _, text in lines]
+        # The times, printed (tests assert no timings): when node1 printed its last
+        # operation's result, when node2 was let go, when the run ended.
+        node1_last = max((t for t, text in lines if f"[{node1}]" in text), default=-1.0)
+        lost_at = next((t for t, text in lines if " LOST: " in text), -1.0)
+        print(f"--- test: cut at {cut or -1:.1f} s, {node2} let go at {lost_at:.1f} s, "
+              f"{node1}'s last line at {node1_last:.1f} s, run ended at {lines[-1][0]:.1f} s")
         assert cut is not None, "the deploy never started running operations"
         assert code != 0, "a run that lost a node exited 0"
         lost = [t for t in texts if " LOST: " in t]
@@ -152,10 +158,6 @@ def test_a_node_lost_mid_run_is_let_go_then_rejoins(lab):
         assert not [t for t in texts if f"[{node1}]" in t and "Error" in t]
         # node1 finished its work: its change is there.
         assert "net.core.somaxconn = 8192" in lab.ssh(node1, f"cat {SYSCTL_FILE}")
-        node1_last = max(t for t, text in lines if f"[{node1}]" in text)
-        lost_at = next(t for t, text in lines if " LOST: " in text)
-        print(f"--- test: cut at {cut:.1f} s, {node2} let go at {lost_at:.1f} s, {node1}'s "
-              f"last line at {node1_last:.1f} s, run ended at {lines[-1][0]:.1f} s")
 
         _link(veth, up=True)
         again = _deploy()

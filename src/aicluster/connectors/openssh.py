@@ -38,8 +38,9 @@ says why and how many of its operations are skipped (:func:`lost_line`); every l
 command for it fails at once without starting a client. While its deploy is being
 planned that failure is :class:`HostLost`, which ``deploy.py`` catches to stop planning
 for it (and fail it, so pyinfra runs nothing on it and exits non-zero); while
-operations run it is an ``OSError``, which pyinfra turns into that operation's error
-and drops the host from the rest of the run. The master's keep-alives
+operations run a command fails with no output and an upload or download with an
+``OSError``: pyinfra fails the operation under way (one error line for each of its
+fact reads) and drops the host from the rest of the run. The master's keep-alives
 (``ServerAliveInterval``/``ServerAliveCountMax``) bound how long a command waits on a
 node that stopped answering.
 
@@ -463,8 +464,8 @@ class OpenSSHConnector(BaseConnector):
         return True
 
     def _refuse(self) -> None:
-        """For a lost host: :class:`HostLost` while its own deploy is planned, else an
-        ``OSError`` (pyinfra's own error for a command that could not run)."""
+        """For a lost host's upload or download: :class:`HostLost` while its own deploy
+        is planned, else an ``OSError`` (pyinfra's error for a transfer that failed)."""
         if self._planning_own_deploy():
             raise HostLost(self.host, self.lost or "")
         raise OSError(f"{self.host.name}: lost earlier in this run ({self.lost}); not contacted")
@@ -502,7 +503,12 @@ class OpenSSHConnector(BaseConnector):
             return self.paramiko.run_shell_command(
                 command, print_output=print_output, print_input=print_input, **arguments)
         if self.lost is not None:
-            self._refuse()
+            if self._planning_own_deploy():
+                raise HostLost(self.host, self.lost)
+            # Not contacted: a failure with no output (the one LOST line said why), so
+            # pyinfra's own error for it is one line ("could not load fact", "executed 0
+            # commands") for the operation under way; later ones skip the host.
+            return False, CommandOutput([])
         get_pty = arguments.pop("_get_pty", False)
         timeout = arguments.pop("_timeout", None)
         stdin = arguments.pop("_stdin", None)
@@ -542,8 +548,6 @@ class OpenSSHConnector(BaseConnector):
         if self._check_lost(code, gone):
             if self._planning_own_deploy():
                 raise HostLost(self.host, self.lost or "")
-            output.combined_lines.append(OutputLine(
-                "stderr", f"{self.host.name}: lost its connection ({self.lost})"))
             return False, output
         ok = code in success_exit_codes if success_exit_codes else code == 0
         return ok, output
