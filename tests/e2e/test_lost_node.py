@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import threading
 import time
@@ -148,13 +149,15 @@ def test_a_node_lost_mid_run_is_let_go_then_rejoins(lab):
         lost = [t for t in texts if " LOST: " in t]
         assert len(lost) == 1 and f"{node2} LOST: " in lost[0], lost
         assert "out of this run" in lost[0]
-        # The lost node's errors: the operation that found it lost, not one per
-        # remaining operation (52 before).
+        # The lost node's errors: those of the operation that found it lost (one line
+        # per fact it read), not one or more per remaining operation (52 before).
         node2_errors = [t for t in texts if f"[{node2}]" in t and any(
             word in t for word in ("Error", "error", "could not", "No route", "timed out"))]
         print(f"--- test: {len(node2_errors)} error line(s) for {node2}:", *node2_errors,
               sep="\n")
-        assert len(node2_errors) <= 8, node2_errors
+        skipped = int(re.search(r"its (\d+) remaining operation", lost[0]).group(1))
+        assert skipped >= 10, lost[0]  # the run had many more operations for node2
+        assert len(node2_errors) <= 10, node2_errors
         assert not [t for t in texts if f"[{node1}]" in t and "Error" in t]
         # node1 finished its work: its change is there.
         assert "net.core.somaxconn = 8192" in lab.ssh(node1, f"cat {SYSCTL_FILE}")
