@@ -10,11 +10,17 @@ import sys
 
 from pyinfra import host, logger
 
-from aicluster import accel
+from aicluster import accel, dryrun
 from aicluster.artifacts import ArtifactError, resolve_cluster
-from aicluster.common.ops import current_cluster
+from aicluster.common.ops import current_cluster, pyinfra_dry
 from aicluster.components import component_module
+from aicluster.connectors.openssh import HostLost
 from aicluster.inventory import InventoryError
+
+# `pyinfra ... --dry` changes nothing anywhere, this machine included: release artifacts
+# not yet here are not downloaded, missing secrets not generated; each is named in one
+# line ("aicluster: --dry: would ...") and the plan goes on (aicluster.dryrun).
+dryrun.set_dry(pyinfra_dry())
 
 try:
     _cluster = current_cluster()
@@ -22,25 +28,39 @@ except InventoryError as exc:  # (refused already as pyinfra loaded the inventor
     print(str(exc), file=sys.stderr)
     raise SystemExit(2) from None
 
-# The pyinfra accelerator (aicluster.accel): facts read once per host and the last run's
-# reads fetched in one command, pyinfra's per-operation bookkeeping made cheap, one
-# connection per host. On only for the pyinfra versions it was tested with, unless
-# AICLUSTER_ACCEL=0 or `pyinfra_accelerator = False`; otherwise this is stock pyinfra,
-# and it says so in one line. (pyinfra runs this file for all hosts at once, so their
-# facts are prefetched in parallel.)
-accel.enable(host, host.state, wanted=_cluster.spec.pyinfra_accelerator)
+
+def _deploy_host() -> None:
+    # The pyinfra accelerator (aicluster.accel): facts read once per host and the last
+    # run's reads fetched in one command, pyinfra's per-operation bookkeeping made cheap,
+    # one connection per host. On only for the pyinfra versions it was tested with,
+    # unless AICLUSTER_ACCEL=0 or `pyinfra_accelerator = False`; otherwise this is stock
+    # pyinfra, and it says so in one line. (pyinfra runs this file for all hosts at once,
+    # so their facts are prefetched in parallel.)
+    accel.enable(host, host.state, wanted=_cluster.spec.pyinfra_accelerator)
+
+    try:
+        # Every release artifact the inventory needs, found or downloaded once and
+        # verified on this machine before any operation runs (aicluster.artifacts).
+        resolve_cluster(_cluster)
+    except (InventoryError, ArtifactError) as exc:
+        raise SystemExit(f"aicluster: {exc}") from None
+
+    for component in _cluster.hosts[host.name].components():
+        module = component_module(component)
+        if module is None:
+            logger.debug("%s: component %s is not built yet, skipped", host.name, component)
+            continue
+        module.deploy()
+
 
 try:
-    # Every release artifact the inventory needs, found or downloaded once and verified
-    # on this machine before any operation runs (aicluster.artifacts).
-    resolve_cluster(_cluster)
-except (InventoryError, ArtifactError) as exc:
-    raise SystemExit(f"aicluster: {exc}") from None
-
-for _component in _cluster.hosts[host.name].components():
-    _module = component_module(_component)
-    if _module is None:
-        logger.debug("%s: component %s is not built yet, skipped", host.name, _component)
-        continue
-    _module.deploy()
-
+    _deploy_host()
+except HostLost as exc:
+    # This host's connection was lost while its deploy was planned (the connector said
+    # so in one line, aicluster.connectors.openssh): nothing more is planned for it, and
+    # it is failed, so pyinfra runs nothing on it, goes on with the others and exits
+    # non-zero (docs/rerunning.md, "A node lost mid-run").
+    if exc.host.name != host.name:
+        raise
+    logger.debug("%s: deploy not planned further: %s", host.name, exc)
+    host.state.fail_hosts({exc.host})

@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import http.client
+import io
 import os
 import shutil
 import sys
@@ -63,7 +64,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from aicluster import ROLES_DIR, __version__
+from aicluster import ROLES_DIR, __version__, dryrun
 
 #: Architectures artifacts are pinned for (Debian's names, as vendors use them).
 ARCHES = ("amd64", "arm64")
@@ -478,7 +479,8 @@ class Store:
         if cached.is_file():
             if file_sha256(cached) == art.sha256:
                 return cached, "cache"
-            cached.unlink()  # damaged in the cache: fetched again
+            if not dryrun.is_dry():  # (a dry run leaves it for the real one)
+                cached.unlink()  # damaged in the cache: fetched again
         return None, ""
 
     def status(self, art: Artifact) -> str:
@@ -496,6 +498,10 @@ class Store:
         path, _where = self.find(art)
         if path is not None:
             return path
+        if dryrun.is_dry():
+            dryrun.would(f"download {art.label} from {art.url} (sha256 {art.sha256}) into "
+                         f"{self.cache_path(art)}")
+            return self.cache_path(art)
         if not self.download:
             raise ArtifactError(f"{art.label}: not found locally and downloads are off")
         if self.offline_reason:
@@ -740,6 +746,16 @@ def put(
         path = resolve_cluster(cluster)[art.key]
     except ArtifactError as exc:
         raise DeployError(str(exc)) from None
+    if dryrun.is_dry() and not path.is_file():
+        # Not downloaded (a dry run): planned as an upload of a placeholder, never sent.
+        return files.put(
+            name=(op_name or f"Install {art.label} at {dest}") + " (--dry: not downloaded)",
+            src=io.BytesIO(f"aicluster --dry: {art.label} not downloaded\n".encode()),
+            dest=dest,
+            mode=mode,
+            user=user,
+            group=group,
+        )
     return files.put(
         name=op_name or f"Install {art.label} at {dest}",
         src=str(path),
@@ -802,15 +818,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aicluster.artifacts")
     sub = parser.add_subparsers(dest="command", required=True)
     ens = sub.add_parser("ensure", help="have every artifact of INVENTORY, verified")
+    ens.add_argument("--dry", action=argparse.BooleanOptionalAction, default=False,
+                     help="download nothing; name what would be downloaded (Ansible's "
+                          "check mode)")
     ens.add_argument("inventory")
     args = parser.parse_args(argv)
+    dryrun.set_dry(args.dry)
     try:
         cluster = load_cluster(args.inventory)
         paths = resolve_cluster(cluster)
     except (InventoryError, ArtifactError) as exc:
         print(f"aicluster: {exc}", file=sys.stderr)
         return 2
-    print(f"{len(paths)} release artifact(s) verified")
+    missing = sum(1 for path in paths.values() if not path.is_file())
+    if missing:
+        print(f"{len(paths) - missing} release artifact(s) verified, {missing} not downloaded "
+              "(--dry)")
+    else:
+        print(f"{len(paths)} release artifact(s) verified")
     return 0
 
 

@@ -5,6 +5,9 @@ file on the deploying machine) or ``{"env": VARIABLE}``. A file reference that d
 not exist yet is generated once, with random bytes, mode 0600 (its directory 0700),
 so a cluster gets its munge key the first time it is deployed and the same key
 every time after. A secret's value is never printed, logged or put in an error.
+In a dry run (:mod:`aicluster.dryrun`, ``pyinfra ... --dry``) nothing is written: the
+secret that would be generated is named (``would generate ...``) and the plan gets
+random bytes held in memory for this run only.
 
     python -m aicluster.secrets generate PATH [--bytes N]
 
@@ -20,6 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aicluster import dryrun
+
+#: A dry run's stand-ins for secrets it did not generate: path -> bytes, in memory only.
+_DRY_VALUES: dict[Path, bytes] = {}
 
 class SecretError(Exception):
     """A secret cannot be had. The message names the secret and where it was looked
@@ -65,17 +72,24 @@ def generate_file(path: str | os.PathLike, size: int = 1024) -> bool:
 
 
 def read_secret(
-    secrets: Mapping[str, Any], name: str, *, generate_bytes: int | None = None
+    secrets: Mapping[str, Any], name: str, *, generate_bytes: int | None = None,
+    dry: bool = False,
 ) -> bytes:
     """The secret ``name`` of the inventory's ``secrets`` mapping, as bytes.
 
-    With ``generate_bytes``, a file reference that does not exist is generated first.
+    With ``generate_bytes``, a file reference that does not exist is generated first,
+    unless the run is dry (*dry*, Ansible's check mode, or :func:`aicluster.dryrun.is_dry`,
+    pyinfra's ``--dry``): then it is named and a value held in memory is returned.
     An environment reference must be set (and non-empty).
     """
     ref = _ref(secrets, name)
     if "file" in ref:
         path = Path(ref["file"]).expanduser()
         if generate_bytes and not path.exists():
+            if dry or dryrun.is_dry():
+                dryrun.would(f"generate the secret {name} at {path} ({generate_bytes} "
+                             "random bytes, mode 0600); this plan uses a value held in memory")
+                return _DRY_VALUES.setdefault(path, os.urandom(generate_bytes))
             generate_file(path, generate_bytes)
         try:
             value = path.read_bytes()

@@ -221,3 +221,30 @@ def test_the_inventory_setting_is_a_cluster_wide_bool(spec):
     with pytest.raises(InventoryError) as caught:
         load_cluster(spec.write())
     assert "pyinfra_accelerator" in str(caught.value)
+
+
+def test_a_host_lost_during_its_prefetch_is_not_taken_for_a_failed_prefetch(monkeypatch):
+    """The connector's HostLost (aicluster.connectors.openssh) reaches deploy.py, which
+    stops planning for that host; any other prefetch failure is only a warning."""
+    from types import SimpleNamespace
+
+    from aicluster import accel
+    from aicluster.accel import memo
+    from aicluster.connectors.openssh import HostLost
+
+    monkeypatch.setattr(accel, "_DECISION", [True])
+    host = SimpleNamespace(name="n1")
+
+    def lost(h):
+        raise HostLost(h, "Could not connect (No route to host)")
+
+    monkeypatch.setattr(memo, "prefetch_facts", lost)
+    with pytest.raises(HostLost):
+        accel.enable(host, SimpleNamespace())
+
+    def broken(h):
+        raise ValueError("garbled answer")
+
+    monkeypatch.setattr(memo, "prefetch_facts", broken)
+    monkeypatch.setattr(memo, "remember_reads", lambda state: None)
+    assert accel.enable(host, SimpleNamespace()) is True

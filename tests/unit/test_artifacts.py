@@ -513,6 +513,28 @@ def test_ensure_is_what_ansible_runs_first(minio_spec, tmp_path, closed_url, mon
     assert "cannot be had; nothing was installed" in capsys.readouterr().err
 
 
+def test_ensure_dry_is_what_ansibles_check_mode_runs(minio_spec, server, tmp_path,
+                                                     monkeypatch, capsys):
+    """``ensure --dry`` (site.yml in check mode) downloads nothing, leaves the cache as it
+    was, says what it would download, and exits 0."""
+    from aicluster import dryrun
+
+    monkeypatch.setattr(dryrun, "_DRY", [False])
+    monkeypatch.setattr(dryrun, "_SAID", set())
+    monkeypatch.setattr(artifacts, "_RESOLVED", {})
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(artifacts.CACHE_ENV, str(cache))
+    server.files["/minio.1.0.0"] = PAYLOAD
+    minio_spec.set("all.minio_artifacts", pin(server.url("/minio.{version}")))
+    assert artifacts.main(["ensure", "--dry", str(minio_spec.write())]) == 0
+    out, err = capsys.readouterr()
+    assert server.requests == [] and not cache.exists()
+    assert (f"aicluster: --dry: would download minio/minio 1.0.0 (amd64) from "
+            f"{server.url('/minio.1.0.0')} (sha256 {sha(PAYLOAD)}) into {cache / sha(PAYLOAD)}"
+            ) in err
+    assert "0 release artifact(s) verified, 1 not downloaded (--dry)" in out
+
+
 def test_list_without_artifacts(spec):
     result = CliRunner().invoke(main, ["artifacts", "list", str(spec.write())])
     assert result.exit_code == 0

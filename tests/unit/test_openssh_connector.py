@@ -137,7 +137,7 @@ def test_command_line_asks_for_a_shared_master_and_the_hosts_own_settings(fake_s
     for option in ("ControlMaster=auto", "ControlPersist=60", "BatchMode=yes",
                    "UserKnownHostsFile=/dev/null", "StrictHostKeyChecking=no",
                    "IdentitiesOnly=yes", "IdentityAgent=none", "ConnectTimeout=10",
-                   "ServerAliveInterval=15"):  # fmt: skip
+                   "ServerAliveInterval=5", "ServerAliveCountMax=3"):  # fmt: skip
         assert f"-o {option}" in text
     assert f"ControlPath={fake_ssh.parent}/aicluster-ssh/" in text
     # Another way of reaching the same address gets a master of its own.
@@ -295,7 +295,10 @@ def test_a_failure_after_the_first_command_is_not_retried(fake_ssh):
     clear(fake_ssh)
     ok, out = conn.run_shell_command(StringCommand("echo three"))
     assert not ok and out.stderr_lines[0].startswith("mux_client_")
-    assert ops(fake_ssh) == ["run"]
+    # The client's own failure (255) is followed by one check that the node answers
+    # (`true`); it does, so the node is not lost and the command is not run again.
+    assert ops(fake_ssh) == ["run", "run"]
+    assert calls(fake_ssh)[-1]["argv"][-1] == "true" and conn.lost is None
 
 
 def test_a_reconnect_in_the_same_run_makes_a_new_master(fake_ssh):
@@ -338,3 +341,106 @@ def test_an_inventory_names_its_hosts_the_same_with_or_without_the_connector(spe
     assert (f"('{prefix}n1', " in path.read_text()) and sorted(load_hosts(path)) == ["n1", "n2"]
     assert load_cluster(path).group("slurm_workers") == ("n1", "n2")
     assert ansible_inventory(path)["slurm_workers"]["hosts"] == ["n1", "n2"]
+
+
+# --- a node lost mid-run -------------------------------------------------------------
+
+
+def _cut(stem: Path) -> None:
+    """The node stops answering: the master's next session fails (as when its keep-
+    alives give up), and every new connection is refused."""
+    Path(str(stem) + ".stale").touch()
+    Path(str(stem) + ".refuse").touch()
+
+
+def test_a_node_lost_mid_run_is_named_once_and_not_contacted_again(fake_ssh, caplog):
+    conn = connector()
+    conn.connect()
+    assert conn.run_shell_command(StringCommand("true"))[0]
+    _cut(fake_ssh)
+    clear(fake_ssh)
+    ok, out = conn.run_shell_command(StringCommand("echo five"))
+    assert not ok and out.stderr.startswith("mux_client_")  # the client's own word
+    # One bounded check: `true` over the master, then the master closed and one new
+    # connection tried; refused, so the node is out of this run.
+    assert ops(fake_ssh) == ["run", "run", "exit", "run"]
+    assert "Connection refused" in conn.lost
+    lost = [r.getMessage() for r in caplog.records if "LOST" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].startswith("aicluster: node9 LOST: ")
+    assert "Connection refused" in lost[0] and "out of this run" in lost[0]
+    # Every later command, upload and download fails at once, starting no client: a
+    # command with no output (pyinfra's error for it is then one line), a transfer with
+    # an OSError.
+    clear(fake_ssh)
+    ok, out = conn.run_shell_command(StringCommand("echo six"))
+    assert not ok and list(out) == []
+    for attempt in (
+        lambda: conn.put_file(io.BytesIO(b"x"), "/tmp/x"),
+        lambda: conn.get_file("/tmp/x", io.BytesIO()),
+    ):
+        with pytest.raises(OSError, match="node9: lost earlier in this run"):
+            attempt()
+    assert ops(fake_ssh) == []
+    assert len([r for r in caplog.records if "LOST" in r.getMessage()]) == 1
+
+
+def test_a_remote_command_exiting_255_on_a_node_that_answers_is_not_a_lost_node(fake_ssh):
+    conn = connector()
+    conn.connect()
+    ok, out = conn.run_shell_command(StringCommand("echo out; exit 255"))
+    assert not ok and out.stdout_lines == ["out"] and conn.lost is None
+    assert conn.run_shell_command(StringCommand("echo seven"))[1].stdout_lines == ["seven"]
+
+
+def test_an_upload_that_finds_the_node_lost_fails_as_an_oserror(fake_ssh):
+    conn = connector()
+    conn.connect()
+    _cut(fake_ssh)
+    with pytest.raises(OSError, match="lost"):
+        conn.put_file(io.BytesIO(b"x"), "/tmp/never")
+    assert conn.lost is not None
+
+
+def _planning(conn: OpenSSHConnector):
+    """pyinfra planning this host's own deploy (deploy.py runs for it)."""
+    from pyinfra.api.state import StateStage
+    from pyinfra.context import ctx_host
+
+    conn.state.current_stage = StateStage.Prepare
+    return ctx_host.use(conn.host)
+
+
+def test_while_its_deploy_is_planned_a_lost_node_raises_host_lost(fake_ssh, caplog):
+    conn = connector()
+    conn.connect()
+    conn.state.ops[conn.host] = {"a": None, "b": None}  # two operations planned so far
+    _cut(fake_ssh)
+    with _planning(conn), pytest.raises(openssh.HostLost) as raised:
+        conn.run_shell_command(StringCommand("echo eight"))
+    assert raised.value.host is conn.host and "Connection refused" in raised.value.reason
+    (line,) = [r.getMessage() for r in caplog.records if "LOST" in r.getMessage()]
+    assert "while being planned, the 2 operation(s) planned so far" in line
+    with _planning(conn), pytest.raises(openssh.HostLost):  # and at once, after
+        conn.run_shell_command(StringCommand("echo nine"))
+    # Another host's deploy reading this host's facts gets pyinfra's own error (its
+    # "could not load fact"), not an exception that would stop that other deploy.
+    ok, _ = conn.run_shell_command(StringCommand("echo ten"))  # (no host of its own here)
+    assert not ok
+
+
+def test_while_operations_run_the_line_counts_the_operations_skipped(fake_ssh, caplog):
+    from pyinfra.api.state import StateStage
+
+    conn = connector()
+    conn.connect()
+    state, host = conn.state, conn.host
+    state.current_stage = StateStage.Execute
+    order = ["op1", "op2", "op3", "op4"]
+    state.get_op_order = lambda: order
+    state.ops[host] = {"op1": None, "op2": None, "op4": None}  # op3 is not this host's
+    host.executing_op_hash = "op2"
+    _cut(fake_ssh)
+    ok, _ = conn.run_shell_command(StringCommand("echo eleven"))
+    assert not ok
+    (line,) = [r.getMessage() for r in caplog.records if "LOST" in r.getMessage()]
+    assert "its current operation failed and its 1 remaining operation(s) are skipped" in line

@@ -14,10 +14,13 @@ from aicluster.components.ceph.derive import (
 )
 
 
-def aicluster_ceph_secrets(ref, name, size, fsid, entities, host_name, roles, client_name):
+def aicluster_ceph_secrets(ref, name, size, fsid, entities, host_name, roles, client_name,
+                           check_mode=False):
     """The fsid, this host's keyrings and the key digests
-    (aicluster.components.ceph.derive.secrets)."""
-    return secrets(ref, name, size, fsid, entities, host_name, roles, client_name)
+    (aicluster.components.ceph.derive.secrets); in check mode a missing secret file is
+    not generated."""
+    return secrets(ref, name, size, fsid, entities, host_name, roles, client_name,
+                   dry=bool(check_mode))
 
 
 def aicluster_ceph_decide(block_lines, ceph_lines, request, fsid, digests):

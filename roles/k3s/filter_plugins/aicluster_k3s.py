@@ -10,9 +10,10 @@ from aicluster.components.k3s.derive import cluster_token, decide, token_digest
 from aicluster.components.k3s.probe import parse
 
 
-def aicluster_k3s_token(ref, size):
-    """The cluster token (aicluster.components.k3s.deploy.cluster_token)."""
-    return cluster_token(ref, int(size))
+def aicluster_k3s_token(ref, size, check_mode=False):
+    """The cluster token (aicluster.components.k3s.deploy.cluster_token); in check mode
+    a missing secret file is not generated."""
+    return cluster_token(ref, int(size), dry=bool(check_mode))
 
 
 def aicluster_k3s_decide(fact_lines, token, host_name, version, artifact_files, iface):

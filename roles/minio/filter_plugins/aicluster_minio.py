@@ -16,8 +16,9 @@ from aicluster.components.minio.derive import (
 from aicluster.components.minio.probe import parse
 
 
-def aicluster_minio_root_password(ref, name, size):
-    return root_password(ref, name, size)
+def aicluster_minio_root_password(ref, name, size, check_mode=False):
+    """In check mode a missing secret file is not generated."""
+    return root_password(ref, name, size, dry=bool(check_mode))
 
 
 class FilterModule:

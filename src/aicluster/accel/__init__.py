@@ -112,11 +112,14 @@ def enable(host: Any, state: Any, wanted: bool = True) -> bool:
     if not _DECISION[0]:
         return False
     from aicluster.accel.memo import prefetch_facts, remember_reads
+    from aicluster.connectors.openssh import HostLost
 
     try:
         # (pyinfra runs deploy.py for all hosts at once: their reads run in parallel)
         logger.debug("%s: %d facts prefetched", host.name, prefetch_facts(host))
         remember_reads(state)
+    except HostLost:  # the host is out of this run (deploy.py stops planning for it)
+        raise
     except Exception as exc:  # facts are then read one by one, as pyinfra does
         logger.warning(f"aicluster: {host.name}: fact prefetch failed "
                        f"({type(exc).__name__}: {exc}); its facts are read one by one")

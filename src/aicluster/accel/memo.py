@@ -843,6 +843,10 @@ def remember_reads(state) -> None:
     class SaveReads(BaseStateCallback):
         @staticmethod
         def host_disconnect(state, host):
+            from aicluster import dryrun
+
+            if dryrun.is_dry():  # `--dry` writes nothing, on this machine either
+                return
             save_reads(host)
             save_stats(state, host.name)
 

@@ -185,6 +185,26 @@ def runs_here(component: str) -> bool:
     return component in current_cluster().hosts[host.name].components()
 
 
+def pyinfra_dry(argv: list[str] | None = None) -> bool:
+    """Whether this pyinfra run was started with ``--dry`` (plan only). pyinfra 3 keeps
+    that flag to its command line (not in its config or state), so the command line is
+    read with pyinfra's own ``click`` command, as pyinfra read it; outside pyinfra's
+    command (an API run, a test) it is False."""
+    import sys
+
+    if argv is None:
+        if "pyinfra_cli" not in sys.modules:
+            return False
+        argv = sys.argv[1:]
+    try:
+        from pyinfra_cli.cli import cli
+
+        context = cli.make_context("pyinfra", list(argv), resilient_parsing=True)
+    except Exception:  # a pyinfra whose command changed: its one flag, by hand
+        return "--dry" in argv
+    return bool(context.params.get("dry"))
+
+
 def this_host(component: str) -> tuple[Cluster, str, dict[str, Any]]:
     """For the host pyinfra is deploying now: the validated cluster, the host's OS family
     and the component's template variables (:func:`aicluster.common.settings.template_vars`)."""

@@ -29,6 +29,21 @@ fails in the client's multiplexer) is closed and that command run again over a n
 connection. Every wait is bounded: ``ConnectTimeout``, server keep-alives, and the
 command's own ``_timeout``.
 
+A node lost mid-run (its link cut, powered off) is let go at once. A command the client
+fails with its own exit status (255) is followed by one bounded check: a ``true`` over
+the master (a few seconds), then, if that fails, over a new connection
+(``ConnectTimeout``). A node that answers is not lost: the command's failure is the
+operation's, as always. A node that does not is out of this run: one line names it,
+says why and how many of its operations are skipped (:func:`lost_line`); every later
+command for it fails at once without starting a client. While its deploy is being
+planned that failure is :class:`HostLost`, which ``deploy.py`` catches to stop planning
+for it (and fail it, so pyinfra runs nothing on it and exits non-zero); while
+operations run a command fails with no output and an upload or download with an
+``OSError``: pyinfra fails the operation under way (one error line for each of its
+fact reads) and drops the host from the rest of the run. The master's keep-alives
+(``ServerAliveInterval``/``ServerAliveCountMax``) bound how long a command waits on a
+node that stopped answering.
+
 A host falls back to pyinfra's ``ssh`` connector, unchanged, when its data asks for
 something only paramiko does: ``ssh_password``, ``ssh_key_password``,
 ``ssh_paramiko_connect_kwargs``, or ``ssh_control_persist: 0``.
@@ -48,6 +63,7 @@ from pyinfra import logger
 from pyinfra.api.command import QuoteString, StringCommand
 from pyinfra.api.exceptions import ConnectError, InventoryError
 from pyinfra.api.output import echo
+from pyinfra.api.state import StateStage
 from pyinfra.api.util import get_file_io
 from pyinfra.connectors.base import BaseConnector, DataMeta
 from pyinfra.connectors.ssh import ConnectorData, SSHConnector, connector_data_meta
@@ -60,11 +76,19 @@ from pyinfra.connectors.util import (
     read_output_buffers,
     write_stdin,
 )
+from pyinfra.context import ctx_host
 
 #: Seconds a master connection stays open after its last use (as ansible.cfg's).
 DEFAULT_PERSIST = 60
 #: The OpenSSH client's exit status for its own errors (not the remote command's).
 SSH_ERROR = 255
+#: Seconds between the master's keep-alives, and how many may go unanswered before it
+#: gives the node up (and every command through it fails): about 15 s for a node that
+#: stopped answering, whatever its commands are doing (``ansible.cfg`` asks the same).
+SERVER_ALIVE_INTERVAL = 5
+SERVER_ALIVE_COUNT_MAX = 3
+#: Seconds a check over the master may take before a new connection is tried.
+PROBE_TIMEOUT = 5
 #: Environment variables never passed to the OpenSSH client (Debian's ssh_config sends
 #: LANG and LC_* to the node, which would change the locale nodes' commands print in).
 _LOCALE_VARIABLES = ("LANG", "LANGUAGE", "LC_")
@@ -129,8 +153,8 @@ def client_argv(
         "-o", "BatchMode=yes",
         # Not "Permanently added ... to the list of known hosts" in a command's output.
         "-o", "LogLevel=ERROR",
-        "-o", "ServerAliveInterval=15",
-        "-o", "ServerAliveCountMax=4",
+        "-o", f"ServerAliveInterval={SERVER_ALIVE_INTERVAL}",
+        "-o", f"ServerAliveCountMax={SERVER_ALIVE_COUNT_MAX}",
     ]  # fmt: skip
     if data["ssh_config_file"]:
         options += ["-F", os.path.expanduser(data["ssh_config_file"])]
@@ -286,6 +310,29 @@ def _stale_master(stdout_empty: bool, stderr_lines: list[str]) -> bool:
     )
 
 
+def _reason(exc: ConnectError) -> str:
+    """What a connection error says, without pyinfra's host prefix."""
+    return str(exc).strip()
+
+
+class HostLost(ConnectError):
+    """A host lost its connection during this run (and a new one failed): raised by its
+    connector, while its deploy is planned, for every command of its own deploy, so
+    ``deploy.py`` stops planning for it. ``host`` is the pyinfra host."""
+
+    def __init__(self, host: Any, reason: str) -> None:
+        super().__init__(f"{host.name}: lost its connection ({reason})")
+        self.host = host
+        self.reason = reason
+
+
+def lost_line(name: str, reason: str, skipped: str) -> str:
+    """The one line that says a node is out of this run: which, why, what is skipped."""
+    return (f"aicluster: {name} LOST: {reason}; {name} is out of this run: {skipped}; "
+            "the other nodes go on and the run will exit non-zero. Re-run the deploy "
+            "once it answers again (docs/rerunning.md)")
+
+
 class OpenSSHConnector(BaseConnector):
     """Run commands with the OpenSSH client over a master connection kept open between
     runs (module docstring); pyinfra's ``ssh`` connector where paramiko is needed."""
@@ -315,6 +362,8 @@ class OpenSSHConnector(BaseConnector):
         #: Set while the master was found, not made, by this process and no command
         #: has gone through it yet: a multiplexer failure then means it is stale.
         self._unproven = False
+        #: Why this host is out of this run (module docstring), once it is.
+        self.lost: str | None = None
 
     def ssh_argv(self) -> list[str]:
         """The OpenSSH client's command line up to the remote command (a new list)."""
@@ -364,6 +413,63 @@ class OpenSSHConnector(BaseConnector):
         self._new_master()
         return True
 
+    # --- a node lost mid-run ----------------------------------------------------------
+
+    def _planning_own_deploy(self) -> bool:
+        """Whether pyinfra is planning (running ``deploy.py``) and the command is this
+        host's own deploy's (not another host's deploy reading this host's facts)."""
+        return (self.state.current_stage == StateStage.Prepare
+                and ctx_host.get() is self.host)
+
+    def _skipped(self) -> str:
+        """What of this host's run is skipped, for :func:`lost_line`."""
+        ops = self.state.ops.get(self.host, {})
+        if self.state.current_stage != StateStage.Execute:
+            return (f"its deploy stopped while being planned, the {len(ops)} operation(s) "
+                    "planned so far and the rest are skipped")
+        order = self.state.get_op_order()
+        current = getattr(self.host, "executing_op_hash", None)
+        later = order[order.index(current) + 1:] if current in order else order
+        skipped = sum(1 for op_hash in later if op_hash in ops)
+        return f"its current operation failed and its {skipped} remaining operation(s) are skipped"
+
+    def _probe(self) -> str | None:
+        """After a client's own failure (exit 255): None when the host answers (over
+        the master within :data:`PROBE_TIMEOUT` s, else over a new connection), or why
+        it does not."""
+        try:
+            code, _, _ = Client(self.ssh_argv() + ["true"]).communicate(timeout=PROBE_TIMEOUT)
+        except TimeoutError:
+            code = SSH_ERROR
+        if code == 0:
+            return None
+        self._control("exit")  # a master whose connection is dead, if any
+        try:
+            self._new_master()
+        except ConnectError as exc:
+            return _reason(exc)
+        return None
+
+    def _check_lost(self, code: int, gone: str | None = None) -> bool:
+        """After a command: whether the client failed (255) and the host no longer
+        answers (*gone*: why, when a new connection was just refused); then it is
+        marked lost and its one line logged (once)."""
+        if code != SSH_ERROR or self.lost is not None:
+            return self.lost is not None
+        reason = gone or self._probe()
+        if reason is None or self.lost is not None:  # answers; or lost meanwhile
+            return self.lost is not None
+        self.lost = reason
+        logger.error(lost_line(self.host.name, reason, self._skipped()))
+        return True
+
+    def _refuse(self) -> None:
+        """For a lost host's upload or download: :class:`HostLost` while its own deploy
+        is planned, else an ``OSError`` (pyinfra's error for a transfer that failed)."""
+        if self._planning_own_deploy():
+            raise HostLost(self.host, self.lost or "")
+        raise OSError(f"{self.host.name}: lost earlier in this run ({self.lost}); not contacted")
+
     # --- pyinfra's connector interface ---------------------------------------------
 
     def connect(self) -> None:
@@ -396,6 +502,13 @@ class OpenSSHConnector(BaseConnector):
         if self.paramiko:
             return self.paramiko.run_shell_command(
                 command, print_output=print_output, print_input=print_input, **arguments)
+        if self.lost is not None:
+            if self._planning_own_deploy():
+                raise HostLost(self.host, self.lost)
+            # Not contacted: a failure with no output (the one LOST line said why), so
+            # pyinfra's own error for it is one line ("could not load fact", "executed 0
+            # commands") for the operation under way; later ones skip the host.
+            return False, CommandOutput([])
         get_pty = arguments.pop("_get_pty", False)
         timeout = arguments.pop("_timeout", None)
         stdin = arguments.pop("_stdin", None)
@@ -424,13 +537,18 @@ class OpenSSHConnector(BaseConnector):
             return client.wait(), output
 
         code, output = execute_command_with_sudo_retry(self.host, arguments, execute_command)
+        gone = None
         try:
             again = self._first_use_failed(code, not output.stdout_lines, output.stderr_lines)
         except ConnectError as exc:  # the node is gone: this command failed
             output.combined_lines.append(OutputLine("stderr", str(exc)))
-            again = False
+            again, gone = False, _reason(exc)
         if again:
             code, output = execute_command_with_sudo_retry(self.host, arguments, execute_command)
+        if self._check_lost(code, gone):
+            if self._planning_own_deploy():
+                raise HostLost(self.host, self.lost or "")
+            return False, output
         ok = code in success_exit_codes if success_exit_codes else code == 0
         return ok, output
 
@@ -439,6 +557,8 @@ class OpenSSHConnector(BaseConnector):
     ) -> tuple[int, bytes, bytes]:
         """Run ``command`` (with the operation's sudo/su) feeding it ``stdin``: (exit
         status, stdout, stderr) as bytes."""
+        if self.lost is not None:
+            self._refuse()
         timeout = arguments.get("_timeout")
         arguments = {k: v for k, v in arguments.items() if k not in _OWN_ARGUMENTS}
         result: list[bytes] = []
@@ -452,12 +572,15 @@ class OpenSSHConnector(BaseConnector):
             return code, CommandOutput([OutputLine("stderr", line) for line in lines])
 
         code, output = execute_command_with_sudo_retry(self.host, arguments, execute_command)
+        gone = None
         try:
             again = self._first_use_failed(code, not result[0], output.stderr_lines)
         except ConnectError as exc:  # the node is gone: this transfer failed
-            raise OSError(str(exc)) from None
+            again, gone = False, _reason(exc)
         if again:
             code, output = execute_command_with_sudo_retry(self.host, arguments, execute_command)
+        if self._check_lost(code, gone):
+            self._refuse()
         return code, result[0], result[1]
 
     def put_file(

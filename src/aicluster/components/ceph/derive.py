@@ -348,11 +348,12 @@ def keyring(entries: Iterable[Mapping[str, Any]]) -> str:
 
 def secrets(ref: Mapping[str, Any], name: str, size: int, fsid: str,
             wanted: Iterable[Mapping[str, Any]], host_name: str,
-            host_roles: Mapping[str, bool], client_name: str) -> dict[str, Any]:
+            host_roles: Mapping[str, bool], client_name: str,
+            dry: bool = False) -> dict[str, Any]:
     """The fsid, this host's keyrings (text) and the key digests, from the cluster's
-    secret (generated once when the inventory names a file that does not exist).
-    Raises SecretError (naming the secret, never its value)."""
-    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size))
+    secret (generated once when the inventory names a file that does not exist; not in
+    a *dry* run). Raises SecretError (naming the secret, never its value)."""
+    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size), dry=dry)
     listed = [{**e, "key": derive_key(secret, e["entity"])} for e in wanted]
     by_name = {e["entity"]: e for e in listed}
     mon = {"entity": "mon.", "key": derive_key(secret, "mon."), "caps": {"mon": "allow *"}}

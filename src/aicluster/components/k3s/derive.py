@@ -203,11 +203,11 @@ def token_text(secret: bytes) -> str:
     return hmac.new(secret, TOKEN_CONTEXT, hashlib.sha256).hexdigest()
 
 
-def cluster_token(ref: Mapping[str, Any], size: int) -> str:
+def cluster_token(ref: Mapping[str, Any], size: int, dry: bool = False) -> str:
     """The cluster token (generated once when the inventory names a file that does not
-    exist). Raises SecretError naming the secret, never its value."""
+    exist; not in a *dry* run). Raises SecretError naming the secret, never its value."""
     return token_text(read_secret({TOKEN_SECRET: dict(ref)}, TOKEN_SECRET,
-                                  generate_bytes=int(size)))
+                                  generate_bytes=int(size), dry=dry))
 
 
 def token_file_text(token: str) -> str:

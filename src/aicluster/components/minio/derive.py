@@ -376,11 +376,12 @@ def wait_command(url: str, cacert: str, timeout: int) -> str:
 # ---------------------------------------------------------------------------
 
 
-def root_password(ref: Mapping[str, Any], name: str, size: int) -> str:
+def root_password(ref: Mapping[str, Any], name: str, size: int, dry: bool = False) -> str:
     """The root password from the secret: the secret itself when it is text (one line)
     of 8-40 letters, digits and ``. _ ~ -``; derived from it when it is random bytes
-    (a generated file). Raises SecretError naming the secret, never its value."""
-    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size))
+    (a generated file; not generated in a *dry* run). Raises SecretError naming the
+    secret, never its value."""
+    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size), dry=dry)
     try:
         text = secret.decode("utf-8")
     except UnicodeDecodeError:
