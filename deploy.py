@@ -4,13 +4,23 @@ Validates the inventory (the inventory file already did, before pyinfra connecte
 any host), then gives each host the components its groups ask for, in dependency
 order: base, network, infiniband, nvidia, storage, stacks, monitoring. Components
 not built yet are skipped.
+
+Desired absence (aicluster.common.absence, docs/rerunning.md): what a host recorded
+and is no longer given is taken off it first; a removal that would break the cluster
+(the last Slurm controller, a Ceph monitor quorum, the only k3s server) stops the run
+before any host is changed; the host's deploy ends by recording what it now runs.
 """
 
 from pyinfra import host, logger
 
 from aicluster import accel
 from aicluster.artifacts import ArtifactError, resolve_cluster
-from aicluster.common.ops import current_cluster
+from aicluster.common.ops import (
+    current_cluster,
+    record_components,
+    refuse_breaking_removals,
+    remove_absent,
+)
 from aicluster.components import component_module
 from aicluster.inventory import InventoryError
 
@@ -34,6 +44,12 @@ try:
 except (InventoryError, ArtifactError) as exc:
     raise SystemExit(f"aicluster: {exc}") from None
 
+
+# Before any host is changed (the first host that runs this reads every record).
+refuse_breaking_removals(_cluster)
+_wanted = _cluster.hosts[host.name].roles()
+remove_absent(_wanted)
+
 for _component in _cluster.hosts[host.name].components():
     _module = component_module(_component)
     if _module is None:
@@ -41,3 +57,5 @@ for _component in _cluster.hosts[host.name].components():
         continue
     _module.deploy()
 
+
+record_components(_wanted)
