@@ -81,3 +81,45 @@ def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(lab):
     assert back["errors"] == 0, back
     assert _recorded(lab, node2)["slurm"] == ["slurm_workers"]
     assert_slurm(lab)
+
+
+def test_ansible_takes_a_node_out_of_slurm_too(lab):
+    """The same with ansible-playbook (on the cluster pyinfra deployed: the record both
+    engines write is the same file)."""
+    from aicluster.common.absence import record_text
+    from aicluster.testbed.state import state_dir
+    from tests.e2e.conftest import ansible_changed
+
+    head, node2 = lab.nodes[0]["name"], lab.nodes[1]["name"]
+    overrides = state_dir() / "overrides.json"
+    before = overrides.read_text() if overrides.exists() else None
+    data = json.loads(before) if before else {}
+    playbook = [BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml"]
+    try:
+        overrides.write_text(json.dumps({**data, "groups": {"slurm_workers": [head]}}))
+        run(playbook, timeout=1500)
+        assert lab.ssh(node2, "systemctl is-active slurmd", check=False).strip() in (
+            "inactive", "unknown"), "slurmd still runs on the node taken out of Slurm"
+        assert lab.ssh(node2, "systemctl is-enabled slurmd", check=False).strip() in (
+            "disabled", "not-found")
+        assert lab.ssh(node2, "test -e /etc/slurm/slurm.conf || echo gone").strip() == "gone"
+        lab.ssh(node2, "test -d /var/lib/slurm/slurmd && dpkg -s slurmd >/dev/null")
+        recorded = _recorded(lab, node2)
+        assert "slurm" not in recorded
+        # Byte for byte what the pyinfra deploy writes.
+        assert lab.ssh(node2, f"cat {RECORD}") == record_text(recorded)
+        nodes = _sinfo_nodes(lab, head, [head])
+        print(f"sinfo on {head} after the Ansible removal: {nodes}")
+        assert nodes == [head], nodes
+        again = run(playbook, timeout=1500)
+        changed = ansible_changed(again.stdout)
+        assert changed and not any(changed.values()), changed
+    finally:
+        if before is None:
+            overrides.unlink(missing_ok=True)
+        else:
+            overrides.write_text(before)
+    back = _deploy()
+    assert back["errors"] == 0, back
+    assert _recorded(lab, node2)["slurm"] == ["slurm_workers"]
+    assert_slurm(lab)

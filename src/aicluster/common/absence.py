@@ -157,9 +157,11 @@ def keep_one(recorded: Mapping[str, Roles], wanted: Mapping[str, Roles], compone
     after = holders(wanted, component, role)
     if any(h in after for h in before):
         return []
+    staying = sorted(h for h, roles in wanted.items() if component in roles)
     return [
         f"refusing to remove {what} from {', '.join(before)}: no host that ran it keeps it "
-        f"(inventory now: {', '.join(after) or 'none'} in {role}), and {component} stays on "
-        f"other hosts, which need it. Keep one of {', '.join(before)} in {role} while the "
-        f"new one joins, or take {component} off every host."
+        f"(inventory now: {', '.join(after) or 'none'} in {role}), and {component} stays in "
+        f"the cluster ({', '.join(staying)}), which needs it: its state is on "
+        f"{', '.join(before)}. Keep one of them in {role} while the new one joins, or take "
+        f"{component} off every host."
     ]
