@@ -126,3 +126,36 @@ def test_the_last_slurm_controller_is_not_removed():
     recorded = {"head": HEAD, "gpu1": WORKER, "gpu2": WORKER}
     with pytest.raises(SystemExit, match="refusing to remove the Slurm controller from head"):
         _plan({"slurm_controller": ["gpu1"], "slurm_workers": ["gpu1", "gpu2"]}, recorded)
+
+
+def _remove_only(recorded, files, loaded):
+    """remove_absent alone on one host that is now given only base."""
+    facts = {"gpu1": {"LinuxDistribution": DISTRIBUTIONS["debian12"],
+                      "SystemdStatus": {f"{u}.service": True for u in loaded},
+                      "SystemdEnabled": {f"{u}.service": True for u in loaded},
+                      "UnitLoaded": lambda unit: unit.removesuffix(".service") in loaded,
+                      **file_facts({p: NodeFile(b"x") for p in files}),
+                      "RecordedComponents": recorded}}
+    return plan([HOSTS[1]], {}, CLUSTER, facts, lambda: remove_absent({"base": []}))
+
+
+def test_removed_units_reload_systemd_once_and_only_when_removed():
+    unit = "/etc/systemd/system/ray-worker.service"
+    p = _remove_only({"base": [], "ray": ["ray_workers"]}, [unit], ["ray-worker"])
+    assert "Stop and disable ray-worker (no longer given here)" in p.changing("gpu1")
+    assert f"Remove {unit} (no longer given here)" in p.changing("gpu1")
+    assert p.op("gpu1", "Reload systemd units (units removed)").runs
+    # Already gone (a re-run with the old record): nothing to stop, remove or reload.
+    p = _remove_only({"base": [], "ray": ["ray_workers"]}, [], [])
+    assert p.changing("gpu1") == []
+
+
+def test_the_ollama_gateway_removed_reloads_nginx_without_stopping_it():
+    from aicluster.components.ollama.derive import GATEWAY_CONF
+
+    p = _remove_only({"ollama": ["ollama", "ollama_gateway"]}, [GATEWAY_CONF],
+                     ["ollama", "nginx"])
+    changing = p.changing("gpu1")
+    assert "Stop and disable ollama (no longer given here)" in changing
+    assert not any("Stop and disable nginx" in n for n in changing)
+    assert "Reload nginx (its configuration for this host removed)" in changing

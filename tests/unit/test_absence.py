@@ -197,3 +197,69 @@ def test_both_engines_record_the_same_roles(spec):
     for name in ("n1", "n2"):
         assert hostvars[name]["aicluster_components"] == cluster.hosts[name].roles()
         assert "base" in hostvars[name]["aicluster_components"]
+
+
+# --- the role's tasks, run by ansible-playbook in check mode ------------------------------
+
+PLAY = """
+- name: Absence, as site.yml runs it
+  hosts: all
+  gather_facts: false
+  any_errors_fatal: true
+  tasks:
+    - name: Take away what each host no longer runs
+      ansible.builtin.include_role:
+        name: base
+        tasks_from: absence.yml
+    - name: Keep the plan for the test
+      ansible.builtin.copy:
+        content: "{{ base_absence | to_json }}"
+        dest: "{{ plans_dir }}/{{ inventory_hostname }}.json"
+        mode: "0644"
+      check_mode: false
+"""
+
+
+def _check_mode_run(tmp_path, recorded, wanted):
+    """ansible-playbook --check of roles/base/tasks/absence.yml on two local hosts (no
+    change is made: check mode), every host's slurped record given as *recorded* (extra
+    vars win over the slurp's register)."""
+    import json
+    import subprocess
+    import sys
+
+    python = str(Path(sys.executable))
+    inventory = {"all": {"hosts": {
+        name: {"ansible_connection": "local", "ansible_python_interpreter": python,
+               "aicluster_components": comps}
+        for name, comps in wanted.items()}}}
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "vars.json").write_text(json.dumps({"base_absence_recorded": _slurped(recorded),
+                                                    "plans_dir": str(tmp_path / "plans")}))
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i",
+         str(tmp_path / "inventory.json"), str(tmp_path / "play.yml"),
+         "-e", f"@{tmp_path / 'vars.json'}"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    plans = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "plans").glob("*.json")}
+    return proc, plans
+
+
+def test_the_role_tasks_plan_the_removal(tmp_path):
+    proc, plans = _check_mode_run(tmp_path, WORKER, {"a": {"base": []}, "b": WORKER})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert plans["a"] == plan(WORKER, {"base": []}) and plans["a"]["services"]
+    assert plans["b"]["components"] == {}
+
+
+def test_the_role_tasks_refuse_before_changing_anything(tmp_path):
+    proc, plans = _check_mode_run(tmp_path, CTL, {"a": {"base": []}, "b": WORKER})
+    assert proc.returncode != 0
+    assert "refusing to remove the Slurm controller from a, b" in proc.stdout
+    # The run stopped at the refusal: no host got as far as its plan.
+    assert plans == {}
