@@ -4,6 +4,11 @@ Validates the inventory (the inventory file already did, before pyinfra connecte
 any host), then gives each host the components its groups ask for, in dependency
 order: base, network, infiniband, nvidia, storage, stacks, monitoring. Components
 not built yet are skipped.
+
+Desired absence (aicluster.common.absence, docs/rerunning.md): what a host recorded
+and is no longer given is taken off it first; a removal that would break the cluster
+(the last Slurm controller, a Ceph monitor quorum, the only k3s server) stops the run
+before any host is changed; the host's deploy ends by recording what it now runs.
 """
 
 import sys
@@ -12,7 +17,13 @@ from pyinfra import host, logger
 
 from aicluster import accel, dryrun
 from aicluster.artifacts import ArtifactError, resolve_cluster
-from aicluster.common.ops import current_cluster, pyinfra_dry
+from aicluster.common.ops import (
+    current_cluster,
+    pyinfra_dry,
+    record_components,
+    refuse_breaking_removals,
+    remove_absent,
+)
 from aicluster.components import component_module
 from aicluster.connectors.openssh import HostLost
 from aicluster.inventory import InventoryError
@@ -45,12 +56,19 @@ def _deploy_host() -> None:
     except (InventoryError, ArtifactError) as exc:
         raise SystemExit(f"aicluster: {exc}") from None
 
+    # Before any host is changed (the first host that runs this reads every record).
+    refuse_breaking_removals(_cluster)
+    wanted = _cluster.hosts[host.name].roles()
+    remove_absent(wanted)
+
     for component in _cluster.hosts[host.name].components():
         module = component_module(component)
         if module is None:
             logger.debug("%s: component %s is not built yet, skipped", host.name, component)
             continue
         module.deploy()
+
+    record_components(wanted)
 
 
 try:

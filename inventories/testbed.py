@@ -220,6 +220,16 @@ if _releases("minio"):
     all[1]["secrets"]["minio_root_password"] = {
         "file": str(state_dir() / "secrets" / "minio.secret")}
 
+# Group changes rehearsed the same way: the overrides' "groups" key maps a group name to
+# its new list of nodes, e.g. {"groups": {"slurm_workers": ["node1"]}} takes node2 out of
+# Slurm (docs/rerunning.md, "Removing a component from a host"); an empty list removes
+# the group. Not host data: taken out before the rest is laid over the cluster data.
+for _group, _members in (_overrides.pop("groups", None) or {}).items():
+    if _members:
+        globals()[_group] = list(_members)
+    else:
+        globals().pop(_group, None)
+
 if _overrides:
     all[1].update(_overrides)
     # group_data/all.py (pinned versions) wins over the data above; host data wins

@@ -440,6 +440,13 @@ class Host:
             or self.data.get(COMPONENT_DATA_KEYS.get(c, ""), None) is not None
         ]
 
+    def roles(self) -> dict[str, list[str]]:
+        """Each component this host is given, with the groups of that component it is in
+        (its roles there, e.g. ``slurm_controller``): what a deploy records on the node
+        (aicluster.common.absence)."""
+        return {c: [g for g in COMPONENT_GROUPS[c] if g in self.groups]
+                for c in self.components()}
+
     def network_address(self, network: str) -> str | None:
         """This host's address on a network (NICs first, then IPoIB ports, then the
         bonds and VLANs of ``network_bonds``/``network_vlans``)."""
@@ -1256,6 +1263,8 @@ def ansible_inventory(path: str | os.PathLike, cluster: Cluster | None = None) -
         # The timeout and retries of every task that waits on the network (as pyinfra's).
         hv["aicluster_network_timeout"] = NETWORK_TIMEOUT
         hv["aicluster_network_retries"] = NETWORK_RETRIES
+        # What the deploy records on the node, and takes away when it is no longer wanted.
+        hv["aicluster_components"] = cluster.hosts[name].roles()
         hv["ansible_host"] = str(data["ssh_hostname"])
         hv["ansible_user"] = data.get("ssh_user", "root")
         hv["ansible_port"] = data.get("ssh_port", 22)

@@ -227,8 +227,10 @@ def plan(
         ctx_inventory.use(inventory),
         ctx_state.use(state),
     ):
+        # pyinfra connects every host before it runs the deploy file for any of them.
         for h in inventory:
             state.activate_host(h)
+        for h in inventory:
             with ctx_host.use(h):
                 deploy_func()
         for h in inventory:

@@ -399,3 +399,18 @@ def assert_ceph_healthy(tb: Testbed) -> None:
     health = status["health"]
     assert health["status"] in ("HEALTH_OK", "HEALTH_WARN"), health
     assert set(health.get("checks") or {}) <= SIZE_WARNINGS, health
+
+
+#: Where each node records the components (and roles) the deploy gave it.
+COMPONENTS_RECORD = "/etc/aicluster/components"
+
+
+def recorded_components(tb: Testbed, node: str) -> dict:
+    """What *node* recorded it runs: ``{component: [its groups]}``."""
+    return json.loads(tb.ssh(node, f"cat {COMPONENTS_RECORD}"))["components"]
+
+
+def sinfo_nodes(tb: Testbed, head: str, want: list[str]) -> list[str]:
+    """The nodes sinfo on *head* lists, once they are *want* (or when waiting ends)."""
+    out = _wait(tb, head, "sinfo -h -N -o %N", lambda o: sorted(set(o.split())) == want)
+    return sorted(set(out.split()))

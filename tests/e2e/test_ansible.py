@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 from tests.e2e.checks import (
+    COMPONENTS_RECORD,
     RAY_VERSION,
     add_nfs_disk,
     assert_base,
@@ -14,6 +17,8 @@ from tests.e2e.checks import (
     assert_slurm_reconfigures_keeping_jobs,
     make_standin_gpus,
     ray_start_times,
+    recorded_components,
+    sinfo_nodes,
     slurm_start_times,
 )
 from tests.e2e.conftest import BIN, TESTBED_INVENTORY, ansible_changed, run
@@ -54,3 +59,67 @@ def test_slurm_config_change_reconfigures_keeping_a_running_job(testbed):
         assert sum(changed.values()) > 0, changed
 
     assert_slurm_reconfigures_keeping_jobs(testbed, deploy)
+
+
+# --- drift repaired, and desired absence (docs/rerunning.md) ---
+
+TABLE = "nft list table inet aicluster"
+RECORD = COMPONENTS_RECORD
+
+
+def test_drift_is_repaired_restarting_nothing(testbed):
+    # The live firewall table (flushed on node1, a rule added by hand on node2) and an
+    # applied sysctl, changed by hand, are put back; the run after changes nothing.
+    node1, node2 = [n["name"] for n in testbed.nodes]
+    written = {n: testbed.ssh(n, TABLE) for n in (node1, node2)}
+    testbed.ssh(node1, "nft flush ruleset")
+    testbed.ssh(node2, "nft add rule inet aicluster input tcp dport 9999 accept")
+    testbed.ssh(node2, "sysctl -w net.ipv4.tcp_mtu_probing=0")
+    changed = ansible_changed(_playbook().stdout)
+    assert changed.get(node1, 0) >= 1 and changed.get(node2, 0) >= 1, changed
+    for node in (node1, node2):
+        assert testbed.ssh(node, TABLE) == written[node], node
+    assert testbed.ssh(node2, "sysctl -n net.ipv4.tcp_mtu_probing").strip() == "1"
+    again = ansible_changed(_playbook().stdout)
+    assert again and all(v == 0 for v in again.values()), again
+
+
+def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(testbed):
+    """Desired absence (docs/rerunning.md): node2 out of ``slurm_workers`` loses slurmd
+    and leaves Slurm's node list, its data stays, the record is the file pyinfra writes,
+    the next run changes nothing; node2 put back converges."""
+    from aicluster.common.absence import record_text
+    from aicluster.testbed.state import state_dir
+
+    head, node2 = testbed.nodes[0]["name"], testbed.nodes[1]["name"]
+    overrides = state_dir() / "overrides.json"
+    before = overrides.read_text() if overrides.exists() else None
+    data = json.loads(before) if before else {}
+    playbook = [BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml"]
+    try:
+        overrides.write_text(json.dumps({**data, "groups": {"slurm_workers": [head]}}))
+        run(playbook, timeout=1500)
+        assert testbed.ssh(node2, "systemctl is-active slurmd", check=False).strip() in (
+            "inactive", "unknown"), "slurmd still runs on the node taken out of Slurm"
+        assert testbed.ssh(node2, "systemctl is-enabled slurmd", check=False).strip() in (
+            "disabled", "not-found")
+        assert testbed.ssh(node2, "test -e /etc/slurm/slurm.conf || echo gone").strip() == "gone"
+        testbed.ssh(node2, "test -d /var/lib/slurm/slurmd && dpkg -s slurmd >/dev/null")
+        recorded = recorded_components(testbed, node2)
+        assert "slurm" not in recorded
+        # Byte for byte what the pyinfra deploy writes.
+        assert testbed.ssh(node2, f"cat {RECORD}") == record_text(recorded)
+        nodes = sinfo_nodes(testbed, head, [head])
+        print(f"sinfo on {head} after the Ansible removal: {nodes}")
+        assert nodes == [head], nodes
+        again = run(playbook, timeout=1500)
+        changed = ansible_changed(again.stdout)
+        assert changed and not any(changed.values()), changed
+    finally:
+        if before is None:
+            overrides.unlink(missing_ok=True)
+        else:
+            overrides.write_text(before)
+    _playbook()
+    assert recorded_components(testbed, node2)["slurm"] == ["slurm_workers"]
+    assert_slurm(testbed)

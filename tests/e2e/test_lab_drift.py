@@ -1,6 +1,6 @@
 """Drift the deploy repairs, end to end: runtime state changed by hand on a deployed
 testbed (the live firewall table, applied sysctls) is put back by the next deploy,
-restarting nothing, and the deploy after reports 0 changes. Both engines.
+restarting nothing, and the deploy after reports 0 changes (Ansible: test_ansible.py).
 
 On the lab in miniature (every component together, shared with the other
 ``test_lab*.py`` modules); each test leaves the nodes converged (repaired) at its end."""
@@ -13,7 +13,6 @@ from tests.e2e.checks import ray_start_times, slurm_start_times
 from tests.e2e.conftest import (
     BIN,
     TESTBED_INVENTORY,
-    ansible_changed,
     pyinfra_results,
     run,
 )
@@ -25,12 +24,6 @@ def _deploy() -> dict[str, int]:
     proc = run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, "deploy.py"], timeout=1500)
     # pyinfra writes its progress and results table to stderr.
     return pyinfra_results(proc.stdout + proc.stderr)
-
-
-def _playbook() -> dict[str, int]:
-    proc = run([BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml"],
-               timeout=1500)
-    return ansible_changed(proc.stdout)
 
 
 @pytest.fixture
@@ -78,20 +71,3 @@ def test_pyinfra_applies_a_drifted_sysctl_again(lab):
     assert _started(lab) == started
     again = _deploy()
     assert again["changed"] == 0 and again["errors"] == 0, again
-
-
-def test_ansible_repairs_the_same_drift(lab):
-    # Both engines leave the same files: Ansible's run after pyinfra's deploy changes
-    # only what drifted.
-    node1, node2 = _names(lab)
-    written = {n: lab.ssh(n, TABLE) for n in (node1, node2)}
-    lab.ssh(node1, "nft flush ruleset")
-    lab.ssh(node2, "nft add rule inet aicluster input tcp dport 9999 accept")
-    lab.ssh(node2, "sysctl -w net.ipv4.tcp_mtu_probing=0")
-    changed = _playbook()
-    assert changed.get(node1, 0) >= 1 and changed.get(node2, 0) >= 1, changed
-    for node in (node1, node2):
-        assert lab.ssh(node, TABLE) == written[node], node
-    assert lab.ssh(node2, "sysctl -n net.ipv4.tcp_mtu_probing").strip() == "1"
-    again = _playbook()
-    assert again and all(v == 0 for v in again.values()), again

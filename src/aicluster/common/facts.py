@@ -17,6 +17,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from aicluster.common import drift
+from aicluster.common.absence import RECORD, parse_record
 from aicluster.common.disks import command_text, parse
 
 
@@ -217,3 +218,18 @@ class BlockDevices(FactBase):
 
     def process(self, output) -> dict:
         return parse(output)
+
+
+class RecordedComponents(FactBase):
+    """What the last deploy recorded on the node (aicluster.common.absence.RECORD):
+    component -> its roles there; ``{}`` when there is no record yet."""
+
+    @staticmethod
+    def default():
+        return {}
+
+    def command(self) -> str:
+        return f"cat {RECORD} 2>/dev/null || true"
+
+    def process(self, output):
+        return parse_record("\n".join(output))

@@ -3,9 +3,9 @@ rendered and uploaded, an owned directory, a systemd manager drop-in, a system a
 a command on another host, packages installed with bounded time and retries, the
 validated cluster of the running inventory, its hosts by name, whether this host runs a
 component, a skip said at any verbosity, a host stopped before any operation runs on it,
-and the repairs of runtime drift (the live firewall table, applied sysctls, loaded kernel
-modules): each reads the node when it runs and changes something only where the node has
-drifted."""
+the repairs of runtime drift (the live firewall table, applied sysctls, loaded kernel
+modules: each reads the node when it runs and changes something only where the node has
+drifted), and what a host no longer runs taken away (aicluster.common.absence)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,18 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.context import ctx_state
 from pyinfra.facts.files import Sha1File
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import files, server
+from pyinfra.operations import files, server, systemd
 
 from aicluster.common import drift
-from aicluster.common.facts import GlobPaths, KernelModulesLoaded, NftTableDrift, SysctlValues
+from aicluster.common.absence import RECORD, RECORD_DIR, plan, record_text, refusals
+from aicluster.common.facts import (
+    GlobPaths,
+    KernelModulesLoaded,
+    NftTableDrift,
+    RecordedComponents,
+    SysctlValues,
+    UnitLoaded,
+)
 from aicluster.common.netconf import (
     NETPLAN_FILE,
     PREFIX,
@@ -389,3 +397,65 @@ def modules_loaded(modules: list[str]):
     else:
         for module in missing:
             yield f"modprobe {shlex.quote(module)}"
+
+
+def remove_absent(wanted: Mapping[str, Iterable[str]]) -> None:
+    """Take off this host what its record says it ran and *wanted* (the inventory's
+    component -> roles for it now) no longer gives it: each component's
+    ``derive.REMOVAL`` services stopped and disabled, its files removed, units
+    reloaded. Packages and data stay. A component whose removal is not built is named
+    in a warning (its services keep running)."""
+    recorded = host.get_fact(RecordedComponents) or {}
+    todo = plan(recorded, wanted)
+    if not todo["components"]:
+        return
+    gone = ", ".join(f"{c} ({'all' if w['whole'] else ', '.join(w['roles'])})"
+                     for c, w in todo["components"].items())
+    logger.info(f"{host.print_prefix}no longer given here: {gone}")
+    for component in todo["unbuilt"]:
+        logger.warning(f"{host.print_prefix}{component} is no longer given to this host, but "
+                       "its removal is not built: its services keep running")
+    for service in todo["services"]:
+        if host.get_fact(UnitLoaded, unit=f"{service}.service"):
+            systemd.service(name=f"Stop and disable {service} (no longer given here)",
+                            service=service, running=False, enabled=False)
+    removed = [(path, files.file(name=f"Remove {path} (no longer given here)", path=path,
+                                 present=False))
+               for path in todo["files"]]
+    units = [op for path, op in removed if path.startswith("/etc/systemd/")]
+    if units:
+        systemd.daemon_reload(name="Reload systemd units (units removed)",
+                              _if=lambda: any(op.did_change() for op in units))
+    for service in todo["reload"]:
+        if host.get_fact(UnitLoaded, unit=f"{service}.service"):
+            systemd.service(name=f"Reload {service} (its configuration for this host removed)",
+                            service=service, reloaded=True,
+                            _if=lambda: any(op.did_change() for _, op in removed))
+
+
+def record_components(wanted: Mapping[str, Iterable[str]]) -> None:
+    """Write on this host what the inventory gives it (aicluster.common.absence.RECORD):
+    the last operation of its deploy, read back by the next one."""
+    files.directory(name=f"aicluster's directory {RECORD_DIR}", path=RECORD_DIR)
+    files.put(name=f"Record the components this host runs ({RECORD})",
+              src=StringIO(record_text(wanted)), dest=RECORD, mode="644")
+
+
+_CHECKED: set[int] = set()
+
+
+def refuse_breaking_removals(cluster: Cluster) -> None:
+    """Stop the whole run, before any host is changed, when taking away what the
+    inventory no longer gives would break the cluster (each component's
+    ``derive.removal_refusals``). Every host's record is read once, by the first host
+    that asks (pyinfra runs deploy.py once per host)."""
+    inventory = host.state.inventory
+    if id(inventory) in _CHECKED:
+        return
+    recorded = {h.name: h.get_fact(RecordedComponents) or {}
+                for h in inventory.get_active_hosts()}
+    wanted = {name: h.roles() for name, h in cluster.hosts.items()}
+    problems = refusals(recorded, wanted)
+    if problems:
+        raise SystemExit("aicluster: " + "\naicluster: ".join(problems))
+    _CHECKED.add(id(inventory))

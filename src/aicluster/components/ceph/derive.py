@@ -740,3 +740,22 @@ def cluster_key_commands(v: Mapping[str, Any], decided: Mapping[str, Any]) -> li
         out.append(v["ceph_auth_import_command"])
     return out
 
+
+def removal_refusals(recorded, wanted) -> list[str]:
+    """A Ceph monitor quorum is kept: of the monitors the nodes recorded, a majority
+    must stay monitors (fewer, and the cluster stops answering until the ones taken
+    away come back). Ceph's own removal (ceph mon remove, OSDs out) is not built: a
+    host that leaves ceph keeps its daemons running, and the deploy says so."""
+    before = [h for h, roles in recorded.items() if "ceph_mons" in (roles.get("ceph") or ())]
+    if not before or not any("ceph" in roles for roles in wanted.values()):
+        return []
+    kept = [h for h in before if "ceph_mons" in (wanted.get(h, {}).get("ceph") or ())]
+    if len(kept) > len(before) // 2:
+        return []
+    gone = sorted(set(before) - set(kept))
+    return [
+        f"refusing to remove the Ceph monitor from {', '.join(gone)}: {len(kept)} of the "
+        f"{len(before)} recorded monitors ({', '.join(sorted(before))}) would stay, fewer "
+        f"than a majority, and the cluster would lose its quorum. Take monitors away one "
+        f"at a time, adding new ones first."
+    ]

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aicluster import artifacts
+from aicluster.common.absence import keep_one
 from aicluster.common.netconf import interfaces
 from aicluster.common.networks import host_address, network_errors, pick_network
 from aicluster.common.rollout import drain_command, uncordon_command
@@ -343,3 +344,22 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         **artifacts.derived_vars(cluster, host_name, "k3s", data),
     }
 
+
+#: What a deploy takes off a host the inventory no longer gives a k3s role (by role, and
+#: the component's own key when the host loses it altogether): services stopped and
+#: disabled, configuration files the deploy wrote removed, services reloaded afterwards
+#: (aicluster.common.absence). Packages and data stay
+#: (/var/lib/rancher: the datastore, images, volumes).
+REMOVAL = {
+    "k3s_servers": {"services": ["k3s"], "files": [f"{UNIT_DIR}/k3s.service"]},
+    "k3s_agents": {"services": ["k3s-agent"], "files": [f"{UNIT_DIR}/k3s-agent.service"]},
+    "k3s": {"services": ["k3s", "k3s-agent"],
+            "files": [f"{UNIT_DIR}/k3s.service", f"{UNIT_DIR}/k3s-agent.service", CONFIG_FILE,
+                      TOKEN_FILE, TOOL]},
+}
+
+
+def removal_refusals(recorded, wanted) -> list[str]:
+    """The only k3s server is not taken away while agents stay: the cluster's datastore
+    is on it."""
+    return keep_one(recorded, wanted, "k3s", "k3s_servers", "the k3s server")

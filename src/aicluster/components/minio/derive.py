@@ -706,3 +706,12 @@ def fstab_python_regexp(path: str) -> str:
     """The same line as a Python regular expression (Ansible's lineinfile)."""
     return rf"^[^#\s]+\s+{re.escape(path)}\s"
 
+
+#: What a deploy takes off a host the inventory no longer gives MinIO (by role, and
+#: the component's own key when the host loses it altogether): services stopped and
+#: disabled, configuration files the deploy wrote removed, services reloaded afterwards
+#: (aicluster.common.absence). Packages and data stay
+#: (the drives, their mounts and fstab lines, the buckets).
+REMOVAL = {
+    "minio": {"services": ["minio"], "files": [UNIT, ENV_FILE]},
+}

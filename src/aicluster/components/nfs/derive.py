@@ -303,3 +303,13 @@ def server_problem(host_name: str, impl: str, kernel: Mapping[str, Any]) -> str:
                 "nfsd); set nfs_server_impl: ganesha to serve NFS from user space")
     return ""
 
+
+#: What a deploy takes off a host the inventory no longer gives the NFS server (by role, and
+#: the component's own key when the host loses it altogether): services stopped and
+#: disabled, configuration files the deploy wrote removed, services reloaded afterwards
+#: (aicluster.common.absence). Packages and data stay
+#: (the exported directories; a client's mounts stay: not built).
+REMOVAL = {
+    "nfs_server": {"services": ["nfs-ganesha", "nfs-server"],
+                   "files": [EXPORTS_FILE, NFS_CONF_FILE, GANESHA_CONF]},
+}

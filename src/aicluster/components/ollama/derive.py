@@ -321,3 +321,13 @@ def check_archive(v: Mapping[str, Any], wanted: list[dict[str, str]]) -> str | N
                 "tree that has every model of ollama_models")
     return None
 
+
+#: What a deploy takes off a host the inventory no longer gives Ollama or its gateway (by role, and
+#: the component's own key when the host loses it altogether): services stopped and
+#: disabled, configuration files the deploy wrote removed, services reloaded afterwards
+#: (aicluster.common.absence). Packages and data stay
+#: (the models, nginx itself).
+REMOVAL = {
+    "ollama": {"services": ["ollama"], "files": [DROPIN, UNIT]},
+    "ollama_gateway": {"files": [GATEWAY_CONF], "reload": ["nginx"]},
+}

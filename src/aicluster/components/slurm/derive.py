@@ -9,6 +9,7 @@ from typing import Any
 
 import hostlist
 
+from aicluster.common.absence import keep_one
 from aicluster.common.settings import config_text, layered, merge_config, setting
 from aicluster.components.slurm.probe import CGROUP_COMMAND, NVIDIA_COMMAND
 from aicluster.inventory import Cluster
@@ -266,3 +267,22 @@ def _render_conf(v: Mapping[str, Any]) -> str:
 
     return render("slurm", "slurm.conf.j2", v)
 
+
+#: What a deploy takes off a host the inventory no longer gives a Slurm role (by role, and
+#: the component's own key when the host loses it altogether): services stopped and
+#: disabled, configuration files the deploy wrote removed, services reloaded afterwards
+#: (aicluster.common.absence). Packages and data stay
+#: (/var/lib/slurm, /var/log/slurm; MariaDB and its databases).
+REMOVAL = {
+    "slurm_workers": {"services": ["slurmd"]},
+    "slurm_controller": {"services": ["slurmctld"]},
+    "slurm_dbd": {"services": ["slurmdbd"], "files": [DBD_CONF]},
+    "slurm": {"services": ["slurmd", "slurmctld", "munge"],
+              "files": [SLURM_CONF, GRES_CONF, CGROUP_CONF, MUNGE_KEY, APT_PIN, INSTALLER]},
+}
+
+
+def removal_refusals(recorded, wanted) -> list[str]:
+    """The last Slurm controller is not taken away while Slurm stays on other hosts:
+    slurmctld's state (/var/lib/slurm/slurmctld) is on it."""
+    return keep_one(recorded, wanted, "slurm", "slurm_controller", "the Slurm controller")

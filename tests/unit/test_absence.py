@@ -1,0 +1,265 @@
+"""Desired absence, engine-free (aicluster.common.absence) and its Ansible side: the
+record's text, what a host loses when the inventory no longer gives it a component or
+a role, the removals refused because they would break the cluster (the last Slurm
+controller, the only k3s server, a Ceph monitor quorum), and the filters and tasks the
+playbook runs them through."""
+
+from __future__ import annotations
+
+import base64
+import runpy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aicluster.common.absence import (
+    parse_record,
+    parse_slurped,
+    plan,
+    record_text,
+    refusals,
+    removals,
+)
+from aicluster.components.slurm import derive as slurm_derive
+
+ROOT = Path(__file__).resolve().parents[2]
+FILTERS = runpy.run_path(str(ROOT / "roles/base/filter_plugins/aicluster_absence.py"))[
+    "FilterModule"]().filters()
+
+CTL = {"base": [], "slurm": ["slurm_controller", "slurm_workers"]}
+WORKER = {"base": [], "slurm": ["slurm_workers"]}
+
+
+# --- the record -----------------------------------------------------------------------
+
+def test_the_record_reads_back_what_was_written():
+    text = record_text({"slurm": ["slurm_workers", "slurm_controller"], "base": []})
+    assert parse_record(text) == {"base": [], "slurm": ["slurm_controller", "slurm_workers"]}
+    assert text.endswith("\n")
+
+
+@pytest.mark.parametrize("text", ["", None, "not json", "[]", '{"components": 3}'])
+def test_no_record_or_an_unreadable_one_removes_nothing(text):
+    assert parse_record(text) == {}
+    assert removals(parse_record(text), {"base": []}) == {}
+
+
+def test_a_slurped_record_is_the_record():
+    text = record_text(WORKER)
+    slurped = {"content": base64.b64encode(text.encode()).decode(), "encoding": "base64"}
+    assert parse_slurped(slurped) == parse_record(text)
+    assert parse_slurped({"failed": True, "msg": "file not found"}) == {}
+
+
+# --- what is taken away -----------------------------------------------------------------
+
+def test_a_worker_out_of_slurm_loses_slurmd_munge_and_the_configuration():
+    todo = plan(WORKER, {"base": []})
+    assert todo["components"] == {"slurm": {"roles": ["slurm_workers"], "whole": True}}
+    assert todo["services"] == ["slurmd", "slurmctld", "munge"]
+    assert slurm_derive.SLURM_CONF in todo["files"] and slurm_derive.MUNGE_KEY in todo["files"]
+    # Never data, never a package.
+    assert not [f for f in todo["files"] if f.startswith(("/var/lib", "/var/spool", "/var/log"))]
+
+
+def test_a_controller_that_stays_a_worker_loses_slurmctld_only():
+    todo = plan(CTL, WORKER)
+    assert todo["components"] == {"slurm": {"roles": ["slurm_controller"], "whole": False}}
+    assert todo["services"] == ["slurmctld"] and todo["files"] == []
+
+
+def test_stacks_go_before_what_they_stand_on():
+    recorded = {"base": [], "nfs": ["nfs_server"], "ray": ["ray_workers"]}
+    assert list(removals(recorded, {"base": []})) == ["ray", "nfs"]
+
+
+def test_a_component_without_a_removal_is_named_not_guessed():
+    todo = plan({"base": [], "ceph": ["ceph_osds"]}, {"base": []})
+    assert todo["unbuilt"] == ["ceph"] and todo["services"] == []
+
+
+def test_the_ollama_gateway_reloads_nginx_and_keeps_it_running():
+    todo = plan({"ollama": ["ollama", "ollama_gateway"]}, {"ollama": ["ollama"]})
+    assert todo["services"] == [] and todo["reload"] == ["nginx"]
+
+
+# --- refused ------------------------------------------------------------------------------
+
+def test_the_last_slurm_controller_is_refused():
+    problems = refusals({"a": CTL, "b": WORKER}, {"a": {"base": []}, "b": CTL})
+    assert len(problems) == 1
+    assert "refusing to remove the Slurm controller from a" in problems[0]
+    assert "slurm_controller" in problems[0]
+
+
+def test_a_controller_moved_while_another_stays_is_allowed():
+    recorded = {"a": CTL, "b": CTL, "c": WORKER}
+    assert refusals(recorded, {"a": WORKER, "b": CTL, "c": WORKER}) == []
+
+
+def test_slurm_taken_off_every_host_is_allowed():
+    assert refusals({"a": CTL, "b": WORKER}, {"a": {"base": []}, "b": {"base": []}}) == []
+
+
+def test_the_only_k3s_server_is_refused():
+    recorded = {"a": {"k3s": ["k3s_servers"]}, "b": {"k3s": ["k3s_agents"]}}
+    wanted = {"a": {"k3s": ["k3s_agents"]}, "b": {"k3s": ["k3s_servers"]}}
+    problems = refusals(recorded, wanted)
+    assert len(problems) == 1 and "the k3s server from a" in problems[0]
+
+
+@pytest.mark.parametrize(("mons", "kept", "refused"), [
+    (3, 2, False), (3, 1, True), (1, 0, True), (5, 3, False), (5, 2, True), (2, 1, True),
+])
+def test_a_ceph_monitor_quorum_is_kept(mons, kept, refused):
+    names = [f"m{i}" for i in range(mons)]
+    recorded = {n: {"ceph": ["ceph_mons", "ceph_osds"]} for n in names}
+    wanted = {n: {"ceph": ["ceph_mons", "ceph_osds"] if i < kept else ["ceph_osds"]}
+              for i, n in enumerate(names)}
+    problems = refusals(recorded, wanted)
+    assert bool(problems) == refused, problems
+    if refused:
+        assert "fewer than a majority" in problems[0] and f"{kept} of the {mons}" in problems[0]
+
+
+def test_hosts_without_a_record_had_nothing():
+    assert refusals({"a": {}, "b": {}}, {"a": {"base": []}, "b": CTL}) == []
+
+
+# --- the Ansible side -------------------------------------------------------------------
+
+def _slurped(record):
+    return {"content": base64.b64encode(record_text(record).encode()).decode()}
+
+
+def test_the_filters_decide_as_the_pyinfra_deploy():
+    assert FILTERS["aicluster_absence_record"](WORKER) == record_text(WORKER)
+    assert FILTERS["aicluster_absence_plan"](_slurped(WORKER), {"base": []}) == plan(
+        WORKER, {"base": []})
+    hostvars = {"a": {"base_absence_recorded": _slurped(CTL), "aicluster_components": {}},
+                "b": {"base_absence_recorded": {"failed": True}, "aicluster_components": CTL}}
+    refused = FILTERS["aicluster_absence_refusals"](["a", "b"], hostvars, ["a", "b"])
+    # b has no record: a was the only controller and slurm stays on b.
+    assert len(refused) == 1 and "from a" in refused[0]
+
+
+def _plays():
+    return yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
+
+
+def _tasks(name):
+    return yaml.safe_load((ROOT / "roles/base/tasks" / name).read_text())
+
+
+def test_the_playbook_removes_before_any_component_and_records_last():
+    plays = _plays()
+    names = [p["name"] for p in plays]
+    absence = next(i for i, n in enumerate(names) if n.startswith("Absence"))
+    assert names[absence - 1] == "Check the inventory"
+    assert names[absence + 1].startswith("Base")
+    assert plays[absence]["any_errors_fatal"] is True and plays[absence]["hosts"] == "all"
+    assert plays[-1]["name"].startswith("Record") and plays[-1]["hosts"] == "all"
+    included = [(t["ansible.builtin.include_role"]["tasks_from"]) for p in (plays[absence],
+                                                                             plays[-1])
+                for t in p["tasks"]]
+    assert included == ["absence.yml", "record.yml"]
+
+
+def test_the_role_tasks_use_the_filters_and_keep_packages():
+    tasks = _tasks("absence.yml")
+    text = (ROOT / "roles/base/tasks/absence.yml").read_text()
+    for used in ("aicluster_absence_refusals", "aicluster_absence_plan"):
+        assert used in text and used in FILTERS
+    refuse = next(t for t in tasks if t["name"].startswith("Refuse"))
+    assert refuse["run_once"] is True
+    modules = {k for t in tasks for k in t if k.startswith("ansible.")}
+    assert not modules & {"ansible.builtin.apt", "ansible.builtin.dnf",
+                          "ansible.builtin.package"}
+    stop = next(t for t in tasks if t["name"].startswith("Stop and disable"))
+    assert stop["ansible.builtin.systemd_service"] == {
+        "name": "{{ item }}", "state": "stopped", "enabled": False}
+    record = _tasks("record.yml")[-1]["ansible.builtin.copy"]
+    assert record["dest"] == "/etc/aicluster/components"
+    assert "aicluster_absence_record" in record["content"]
+
+
+def test_both_engines_record_the_same_roles(spec):
+    """pyinfra records Host.roles(); Ansible gets the same as aicluster_components."""
+    from aicluster.inventory import ansible_inventory, load_cluster
+
+    spec.set("groups.slurm_controller", ["n1"]).set("groups.slurm_workers", ["n1", "n2"])
+    path = spec.write()
+    cluster = load_cluster(path)
+    hostvars = ansible_inventory(path)["_meta"]["hostvars"]
+    assert cluster.hosts["n1"].roles()["slurm"] == ["slurm_controller", "slurm_workers"]
+    assert cluster.hosts["n2"].roles()["slurm"] == ["slurm_workers"]
+    for name in ("n1", "n2"):
+        assert hostvars[name]["aicluster_components"] == cluster.hosts[name].roles()
+        assert "base" in hostvars[name]["aicluster_components"]
+
+
+# --- the role's tasks, run by ansible-playbook in check mode ------------------------------
+
+PLAY = """
+- name: Absence, as site.yml runs it
+  hosts: all
+  gather_facts: false
+  any_errors_fatal: true
+  tasks:
+    - name: Take away what each host no longer runs
+      ansible.builtin.include_role:
+        name: base
+        tasks_from: absence.yml
+    - name: Keep the plan for the test
+      ansible.builtin.copy:
+        content: "{{ base_absence | to_json }}"
+        dest: "{{ plans_dir }}/{{ inventory_hostname }}.json"
+        mode: "0644"
+      check_mode: false
+"""
+
+
+def _check_mode_run(tmp_path, recorded, wanted):
+    """ansible-playbook --check of roles/base/tasks/absence.yml on two local hosts (no
+    change is made: check mode), every host's slurped record given as *recorded* (extra
+    vars win over the slurp's register)."""
+    import json
+    import subprocess
+    import sys
+
+    python = str(Path(sys.executable))
+    inventory = {"all": {"hosts": {
+        name: {"ansible_connection": "local", "ansible_python_interpreter": python,
+               "aicluster_components": comps}
+        for name, comps in wanted.items()}}}
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "vars.json").write_text(json.dumps({"base_absence_recorded": _slurped(recorded),
+                                                    "plans_dir": str(tmp_path / "plans")}))
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i",
+         str(tmp_path / "inventory.json"), str(tmp_path / "play.yml"),
+         "-e", f"@{tmp_path / 'vars.json'}"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    plans = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "plans").glob("*.json")}
+    return proc, plans
+
+
+def test_the_role_tasks_plan_the_removal(tmp_path):
+    proc, plans = _check_mode_run(tmp_path, WORKER, {"a": {"base": []}, "b": WORKER})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert plans["a"] == plan(WORKER, {"base": []}) and plans["a"]["services"]
+    assert plans["b"]["components"] == {}
+
+
+def test_the_role_tasks_refuse_before_changing_anything(tmp_path):
+    proc, plans = _check_mode_run(tmp_path, CTL, {"a": {"base": []}, "b": WORKER})
+    assert proc.returncode != 0
+    assert "refusing to remove the Slurm controller from a, b" in proc.stdout
+    # The run stopped at the refusal: no host got as far as its plan.
+    assert plans == {}
