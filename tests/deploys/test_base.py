@@ -238,7 +238,7 @@ FIREWALL_REPAIR = "Firewall table as written (reloaded where it drifted)"
 SYSCTL_REPAIR = "Network sysctls in effect (repaired where they drifted)"
 
 
-def _rerun(nft="same", sysctls=None, missing=(), refused=None):
+def _drift_rerun(nft="same", sysctls=None, missing=(), refused=None):
     """A re-run on nodes holding what a first plan wrote, with the live table state
     and sysctl values given (the defaults as the kernel prints them, tab-separated,
     overridden by *sysctls*; the keys in *missing* absent from the kernel)."""
@@ -257,7 +257,7 @@ def _rerun(nft="same", sysctls=None, missing=(), refused=None):
 
 
 def test_a_flushed_firewall_is_loaded_again_and_nothing_restarted():
-    p = _rerun(nft="absent")
+    p = _drift_rerun(nft="absent")
     op = p.op("gpu1", FIREWALL_REPAIR)
     assert op.runs and op.text == "nft -f /etc/nftables.conf"
     assert not p.op("gpu1", "Firewall loaded and enabled").runs
@@ -265,16 +265,16 @@ def test_a_flushed_firewall_is_loaded_again_and_nothing_restarted():
 
 
 def test_a_changed_firewall_table_is_loaded_again():
-    assert _rerun(nft="different").op("gpu1", FIREWALL_REPAIR).text == "nft -f /etc/nftables.conf"
+    assert _drift_rerun(nft="different").op("gpu1", FIREWALL_REPAIR).text == "nft -f /etc/nftables.conf"
 
 
 def test_a_firewall_table_as_written_is_left_alone():
     for state in ("same", "unknown", "no-nft"):
-        assert not _rerun(nft=state).op("gpu1", FIREWALL_REPAIR).runs, state
+        assert not _drift_rerun(nft=state).op("gpu1", FIREWALL_REPAIR).runs, state
 
 
 def test_a_drifted_sysctl_is_applied_again_naming_the_key():
-    p = _rerun(sysctls={"net.ipv4.tcp_mtu_probing": "0"})
+    p = _drift_rerun(sysctls={"net.ipv4.tcp_mtu_probing": "0"})
     op = p.op("gpu1", SYSCTL_REPAIR)
     assert op.runs
     assert op.text.startswith("sysctl -e -q -p /etc/sysctl.d/90-aicluster-network.conf;")
@@ -286,9 +286,9 @@ def test_a_drifted_sysctl_is_applied_again_naming_the_key():
 
 
 def test_sysctls_in_effect_or_absent_from_the_kernel_are_left_alone():
-    assert not _rerun().op("gpu1", SYSCTL_REPAIR).runs
+    assert not _drift_rerun().op("gpu1", SYSCTL_REPAIR).runs
     # A namespace without net.core.rmem_max (a container): nothing to apply there.
-    p = _rerun(missing=("net.core.rmem_max", "net.core.wmem_max"))
+    p = _drift_rerun(missing=("net.core.rmem_max", "net.core.wmem_max"))
     assert not p.op("gpu1", SYSCTL_REPAIR).runs
 
 
@@ -296,12 +296,12 @@ def test_a_value_the_kernel_refused_is_reported_not_applied_on_every_run(caplog)
     # A container's network namespace refuses buffer sizes above its host's (seen on
     # the testbed: EINVAL for net.core.rmem_max = 268435456).
     caplog.set_level(logging.DEBUG, logger="pyinfra")
-    p = _rerun(sysctls={"net.core.rmem_max": "4194304"},
+    p = _drift_rerun(sysctls={"net.core.rmem_max": "4194304"},
                refused={"net.core.rmem_max": "268435456"})
     assert not p.op("gpu1", SYSCTL_REPAIR).runs
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "the kernel refuses net.core.rmem_max = 268435456 (kept at 4194304) here" in said
     # A new wanted value is tried again.
-    p = _rerun(sysctls={"net.core.rmem_max": "4194304"},
+    p = _drift_rerun(sysctls={"net.core.rmem_max": "4194304"},
                refused={"net.core.rmem_max": "134217728"})
     assert p.op("gpu1", SYSCTL_REPAIR).runs
