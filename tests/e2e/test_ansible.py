@@ -67,27 +67,12 @@ TABLE = "nft list table inet aicluster"
 RECORD = COMPONENTS_RECORD
 
 
-def test_drift_is_repaired_restarting_nothing(testbed):
-    # The live firewall table (flushed on node1, a rule added by hand on node2) and an
-    # applied sysctl, changed by hand, are put back; the run after changes nothing.
-    node1, node2 = [n["name"] for n in testbed.nodes]
-    written = {n: testbed.ssh(n, TABLE) for n in (node1, node2)}
-    testbed.ssh(node1, "nft flush ruleset")
-    testbed.ssh(node2, "nft add rule inet aicluster input tcp dport 9999 accept")
-    testbed.ssh(node2, "sysctl -w net.ipv4.tcp_mtu_probing=0")
-    changed = ansible_changed(_playbook().stdout)
-    assert changed.get(node1, 0) >= 1 and changed.get(node2, 0) >= 1, changed
-    for node in (node1, node2):
-        assert testbed.ssh(node, TABLE) == written[node], node
-    assert testbed.ssh(node2, "sysctl -n net.ipv4.tcp_mtu_probing").strip() == "1"
-    again = ansible_changed(_playbook().stdout)
-    assert again and all(v == 0 for v in again.values()), again
-
-
-def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(testbed):
-    """Desired absence (docs/rerunning.md): node2 out of ``slurm_workers`` loses slurmd
-    and leaves Slurm's node list, its data stays, the record is the file pyinfra writes,
-    the next run changes nothing; node2 put back converges."""
+def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(testbed):
+    """One run repairs runtime drift and takes away what a host no longer runs
+    (docs/rerunning.md): the live firewall table (flushed on node1, a rule added by hand
+    on node2) and an applied sysctl are put back, and node2, out of ``slurm_workers``,
+    loses slurmd and leaves Slurm's node list (its data stays, the record is the file
+    pyinfra writes); the next run changes nothing; node2 put back converges."""
     from aicluster.common.absence import record_text
     from aicluster.testbed.state import state_dir
 
@@ -96,9 +81,16 @@ def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(testbed
     before = overrides.read_text() if overrides.exists() else None
     data = json.loads(before) if before else {}
     playbook = [BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml"]
+    written = {n: testbed.ssh(n, TABLE) for n in (head, node2)}
+    testbed.ssh(head, "nft flush ruleset")
+    testbed.ssh(node2, "nft add rule inet aicluster input tcp dport 9999 accept")
+    testbed.ssh(node2, "sysctl -w net.ipv4.tcp_mtu_probing=0")
     try:
         overrides.write_text(json.dumps({**data, "groups": {"slurm_workers": [head]}}))
         run(playbook, timeout=1500)
+        for node in (head, node2):
+            assert testbed.ssh(node, TABLE) == written[node], node
+        assert testbed.ssh(node2, "sysctl -n net.ipv4.tcp_mtu_probing").strip() == "1"
         assert testbed.ssh(node2, "systemctl is-active slurmd", check=False).strip() in (
             "inactive", "unknown"), "slurmd still runs on the node taken out of Slurm"
         assert testbed.ssh(node2, "systemctl is-enabled slurmd", check=False).strip() in (
