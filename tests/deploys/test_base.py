@@ -265,7 +265,8 @@ def test_a_flushed_firewall_is_loaded_again_and_nothing_restarted():
 
 
 def test_a_changed_firewall_table_is_loaded_again():
-    assert _drift_rerun(nft="different").op("gpu1", FIREWALL_REPAIR).text == "nft -f /etc/nftables.conf"
+    op = _drift_rerun(nft="different").op("gpu1", FIREWALL_REPAIR)
+    assert op.text == "nft -f /etc/nftables.conf"
 
 
 def test_a_firewall_table_as_written_is_left_alone():

@@ -54,7 +54,6 @@ HOSTS = [
 ]
 GROUPS = {"ib_nodes": [name for name, _ in HOSTS]}
 RESTART_SM = "Restart opensm (its configuration changed)"
-LOAD_IPOIB = "Load the IPoIB module now"
 
 
 def _ports(netdev="ibp12s0"):
@@ -190,18 +189,6 @@ def test_opensm_restarts_only_where_its_configuration_changed():
     assert restart.runs, "gpu2's opensm.conf changed: opensm restarts"
     assert restart.commands == ["systemctl restart opensm.service"]
     assert p.op("gpu1", RESTART_SM).skipped, "gpu1's opensm.conf is unchanged"
-
-
-def test_the_ipoib_module_is_loaded_only_when_its_boot_file_changed():
-    again = _rerun()
-    for name in ("gpu1", "gpu2", "gpu3"):
-        assert again.op(name, LOAD_IPOIB).skipped, name
-        assert "Load the IPoIB module at boot" not in again.changing(name), name
-    p = _rerun(changed={"gpu3": {infiniband_derive.IPOIB_MODULES_FILE: "# older\n"}})
-    load = p.op("gpu3", LOAD_IPOIB)
-    assert load.runs and "modprobe ib_ipoib" in load.text
-    for name in ("gpu1", "gpu2"):
-        assert p.op(name, LOAD_IPOIB).skipped, name
 
 
 def test_a_switch_run_fabric_has_no_opensm():
