@@ -26,7 +26,7 @@ from aicluster.common.ops import (
 )
 from aicluster.components import component_module
 from aicluster.connectors.openssh import HostLost
-from aicluster.inventory import InventoryError
+from aicluster.inventory import COMPONENT_ORDER, InventoryError
 
 # `pyinfra ... --dry` changes nothing anywhere, this machine included: release artifacts
 # not yet here are not downloaded, missing secrets not generated; each is named in one
@@ -61,7 +61,16 @@ def _deploy_host() -> None:
     wanted = _cluster.hosts[host.name].roles()
     remove_absent(wanted)
 
-    for component in _cluster.hosts[host.name].components():
+    # Every component in the one deploy order, through host.loop: pyinfra names an
+    # operation by the line numbers of its call stack, which for two components' deploys
+    # called from this one line can be the same (ceph's line 132 and minio's line 132 were
+    # one operation to pyinfra, and the hosts' orders made a cycle). The loop adds the
+    # component's position in COMPONENT_ORDER, the same on every host, so an operation
+    # several hosts share (a cluster-wide step) stays one operation.
+    mine = set(_cluster.hosts[host.name].components())
+    for component in host.loop(COMPONENT_ORDER):
+        if component not in mine:
+            continue
         module = component_module(component)
         if module is None:
             logger.debug("%s: component %s is not built yet, skipped", host.name, component)
