@@ -12,15 +12,21 @@ addresses are RFC 5737 TEST-NET ones, which nothing answers on.
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_inventory_errors import CASES, _apply
 
 from aicluster.cli import main
+
+# The error cases of the file beside this one (tests/unit is on sys.path, not a package:
+# a local test file, not an installed module).
+_errors = importlib.import_module("test_inventory_errors")
+CASES, _apply = _errors.CASES, _errors._apply
+
 
 REPO = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).parent / "pyinfra"

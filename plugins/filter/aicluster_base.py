@@ -1,0 +1,1 @@
+../../roles/base/filter_plugins/aicluster_base.py
