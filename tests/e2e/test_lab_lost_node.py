@@ -82,7 +82,13 @@ def test_dry_changes_nothing_on_the_deploying_machine(lab, tmp_path):
     key = tmp_path / "secrets" / "munge.key"  # not there yet, as on a fresh checkout
     dirs = (tmp_path, state_dir() / "secrets", default_cache_dir(), READS_DIR)
     try:
-        overrides.write_text(json.dumps({**old, "secrets": {"munge_key": {"file": str(key)}}}))
+        # The testbed inventory's own secrets (overrides replace the whole mapping), but
+        # munge's key named where there is none yet.
+        theirs = {name: {"file": str(state_dir() / "secrets" / file)} for name, file in (
+            ("ceph", "ceph.secret"), ("k3s_token", "k3s-token"),
+            ("minio_root_password", "minio.secret"))}
+        overrides.write_text(json.dumps(
+            {**old, "secrets": {**theirs, "munge_key": {"file": str(key)}}}))
         machine = _snapshot(*dirs)
         proc = run([BIN / "pyinfra", TESTBED_INVENTORY, "deploy.py", "--dry"], timeout=900,
                    check=False)
