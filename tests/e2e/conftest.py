@@ -177,6 +177,13 @@ class Lab:
         return run([BIN / "pyinfra", "-y", *extra, TESTBED_INVENTORY, "deploy.py"],
                    timeout=timeout, check=check, environ=environ)
 
+    def deployed(self) -> Lab:
+        """The lab after its first deploy (made now if no test made it), which must
+        have succeeded: what a module that works on the deployed lab starts from."""
+        first = self.first_deploy()
+        assert first.returncode == 0, "the lab's first deploy failed (tests/e2e/test_lab.py)"
+        return self
+
     def first_deploy(self) -> subprocess.CompletedProcess:
         """The lab's first deploy (made once; later calls return it)."""
         if self.first is None:
