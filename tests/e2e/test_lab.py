@@ -8,6 +8,9 @@ failed reported as a success, a directory two components both own. Here:
   both nodes, NFS through ganesha, Ceph healthy with CephFS mounted on both nodes and a
   file written on one read on the other, MinIO, Slurm, Ray, k3s, Ollama);
 - the second and the third deploy change nothing;
+- Ceph's data crosses nodes: an object node1 puts with rados is read on node2 as the
+  restricted client, same checksum; the keyrings are 0600 ceph and no key (derived from
+  the testbed's secret) is in the first deploy's output;
 - a CephFS mount that fails (node2's /dev/fuse taken away: ceph-fuse cannot mount, and
   ``mount`` still exits 0) fails the deploy, naming the host and the mount point; given
   the device back, the next deploy mounts it and the one after changes nothing.
@@ -23,6 +26,7 @@ import json
 import re
 import urllib.request
 
+from aicluster.components.ceph.derive import derive_key
 from tests.e2e.checks import (
     RAY_VERSION,
     assert_base,
@@ -91,6 +95,30 @@ def test_cephfs_is_mounted_on_both_nodes_and_shared(lab: Lab):
     read = lab.ssh("node2", f"sha256sum < {CEPHFS}/lab-probe.bin").split()[0]
     assert read == written
     print(f"CephFS: node1 wrote 1 MiB to {CEPHFS}, node2 read it back (sha256 {read})")
+
+
+def test_ceph_objects_cross_nodes_and_keys_stay_secret(lab: Lab):
+    lab.deployed()
+    lab.ssh("node1", "head -c 4194304 /dev/urandom > /root/object.bin && "
+                     "rados -p testbed put lab-object /root/object.bin")
+    lab.ssh("node2", "rados --id aicluster -p testbed get lab-object /root/object.bin")
+    put, got = (lab.ssh(n, "sha256sum /root/object.bin").split()[0] for n in ("node1", "node2"))
+    assert put == got
+    print(f"rados: node1 put 4 MiB, node2 (client.aicluster) read it back (sha256 {got})")
+    for path in ("/etc/ceph/ceph.client.admin.keyring", "/etc/ceph/aicluster-mon.keyring",
+                 "/var/lib/ceph/bootstrap-osd/ceph.keyring"):
+        assert lab.ssh("node1", f"stat -c '%a %U' {path}").strip() == "600 ceph", path
+    assert lab.ssh("node2", "stat -c '%a %U' /etc/ceph/ceph.client.aicluster.keyring"
+                   ).strip() == "600 ceph"
+    from aicluster.testbed.state import state_dir
+
+    secret = (state_dir() / "secrets" / "ceph.secret").read_bytes()
+    output = _output(lab.first)
+    for entity in ("mon.", "client.admin", "client.bootstrap-osd", "client.aicluster",
+                   "mgr.node1", "mds.node1"):
+        key = derive_key(secret, entity)
+        assert key not in output and key[8:] not in output, (
+            f"the key of {entity} appears in the deploy's output")
 
 
 def test_a_failed_cephfs_mount_fails_the_deploy_and_is_repaired(lab: Lab):

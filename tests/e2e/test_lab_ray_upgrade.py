@@ -1,0 +1,57 @@
+"""Ray upgrade by version bump (pyinfra), on the lab in miniature: the lab's Ray is set
+back to the previous release, then the version goes up to the pinned one again and
+the whole stack is deployed. Workers stop, the head switches and restarts, workers
+switch and rejoin; both nodes then run the new version and a task still runs on each
+node; the previous release's venv is gone; the next whole-stack re-run changes nothing.
+
+The previous version is laid over the inventory through the lab's overrides
+(<testbed state dir>/overrides.json, which inventories/testbed.py reads), so no
+repository file is edited. The lab is left on the pinned version, converged.
+"""
+
+from __future__ import annotations
+
+from tests.e2e.checks import RAY_VERSION, assert_ray, ray_venv
+from tests.e2e.conftest import Lab, pyinfra_results
+
+#: The Ray release before the pinned one.
+PREVIOUS = "2.59.0"
+
+
+def _deploy(lab: Lab) -> tuple[str, dict]:
+    proc = lab.deploy(check=False)
+    output = proc.stdout + proc.stderr
+    result = pyinfra_results(output)
+    assert proc.returncode == 0 and result["errors"] == 0, result
+    return output, result
+
+
+def test_ray_version_bump_upgrades_head_then_workers(lab: Lab):
+    lab.deployed()
+    try:
+        lab.set_overrides(ray_version=PREVIOUS)
+        _deploy(lab)
+        assert_ray(lab.testbed, PREVIOUS)
+    finally:
+        lab.set_overrides(ray_version=None)
+
+    output, _ = _deploy(lab)
+    # The order pyinfra ran the steps in (each on every node before the next).
+    steps = [
+        f"Install Ray {RAY_VERSION}",
+        f"Stop the Ray worker while the head upgrades to {RAY_VERSION}",
+        "Restart the Ray head (its unit changed)",
+        "Wait until the Ray head answers",
+        "Write the Ray worker unit",
+        "Restart the Ray worker (its unit changed)",
+        f"Remove Ray {PREVIOUS} (the nodes run {RAY_VERSION})",
+    ]
+    positions = [output.find(f"Starting operation: ray | {step}") for step in steps]
+    assert all(p >= 0 for p in positions), dict(zip(steps, positions, strict=True))
+    assert positions == sorted(positions), dict(zip(steps, positions, strict=True))
+    assert_ray(lab.testbed, RAY_VERSION)
+    for node in lab.nodes:
+        assert lab.ssh(node["name"], f"test -e {ray_venv(PREVIOUS)} || echo gone").strip() \
+            == "gone"
+    _, again = _deploy(lab)
+    assert again["changed"] == 0, again
