@@ -1,5 +1,5 @@
-"""STAND-IN k3s release files for the end-to-end tests (tests/e2e/test_k3s.py, the k3s
-role's molecule scenario).
+"""STAND-IN k3s release files for the end-to-end tests (the lab in miniature, whose k3s
+checks are tests/e2e/test_lab_k3s.py; the k3s role's molecule scenario).
 
 ``build(artifacts_dir)`` writes, per version, ``k3s/<version>/amd64/k3s`` (the stand-in
 executable, tests/e2e/standins/k3s_executable.py with its version filled in: not k3s)
