@@ -1,15 +1,23 @@
-"""ollama end to end (pyinfra), on a fresh two-node testbed, with STAND-IN release files.
+"""Ollama end to end (pyinfra) on the lab in miniature, with STAND-IN release files.
 
 STAND-IN: Ollama's release cannot be downloaded here, so tests/e2e/standins/ollama.py
 builds "stand-in ollama (not Ollama)" tarballs (a small Python HTTP server answering the
 API the deploy and these checks use, in Ollama's layout) for two versions, and the
-deploy takes them through the same pinned, verified artifact path as the real release.
-nginx, the gateway, is Debian's real package (through the testbed's package proxy).
-With $AICLUSTER_E2E_ARTIFACTS_DIR (a real artifact directory) the same tests run
-against the real release; the checks that need the stand-in's answers are then skipped.
+deploy takes them through the same pinned, verified artifact path as the real release
+(the lab is built with them: tests/e2e/conftest.py). nginx, the gateway, is Debian's
+real package (through the testbed's package proxy). With $AICLUSTER_E2E_ARTIFACTS_DIR
+(a real artifact directory) the same tests run against the real release; the checks
+that need the stand-in's answers are then skipped.
 
 Both nodes run Ollama on <address>:11434, node1 also the gateway on 10.213.0.11:11435
-(inventories/testbed.py). Only the ollama component is deployed (deploy_ollama.py).
+(inventories/testbed.py). Every component is deployed together, each deploy the whole
+stack (deploy.py), on the lab in miniature shared with the other ``test_lab*.py``
+modules (tests/e2e/test_lab.py makes its first deploy). The lab is left converged: on
+the newer Ollama version, with the offline models archive's overrides kept (the next
+whole-stack re-run changes nothing; either is set back and re-deployed if its test
+fails), ollama started again on node2 whatever happens.
+
+On the lab in miniature:
 
 - ollama is active and enabled on both nodes, nginx on node1; the drop-in holds the
   listen address and the models directory; Ollama and the gateway listen only on the
@@ -20,12 +28,12 @@ Both nodes run Ollama on <address>:11434, node1 also the gateway on 10.213.0.11:
   wrote its last;
 - passive health check: with ollama stopped on node2, every request through the
   gateway (GET and POST) is answered by node1;
-- a second deploy changes and restarts nothing;
+- a whole-stack re-run changes and restarts nothing;
 - a version bump unpacks the new release, switches the link, restarts Ollama (a new
-  MainPID) and removes the old release; nginx is not restarted; the next deploy
-  changes nothing;
+  MainPID) and removes the old release; nginx is not restarted; the next whole-stack
+  re-run changes nothing;
 - offline models (stand-in): a pinned models archive gives both nodes a new model
-  without any pull; the next deploy changes nothing.
+  without any pull; the next whole-stack re-run changes nothing.
 """
 
 from __future__ import annotations
@@ -38,35 +46,36 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import conftest
-from tests.e2e.conftest import BIN, TESTBED_INVENTORY, pyinfra_results, run
+from tests.e2e.conftest import Lab, pyinfra_results
 from tests.e2e.standins import ollama as standin
 
-DEPLOY = Path(__file__).with_name("deploy_ollama.py")
 PORT, GATEWAY_PORT = 11434, 11435
 FIRST, SECOND = standin.versions()
 MODELS_DIR = "/usr/share/ollama/.ollama/models"
 PULL_LOG = f"{MODELS_DIR}/.stand-in-pulls"
+#: The overrides the offline models archive sets (standin.models_archive).
+ARCHIVE_KEYS = ("ollama_models", "ollama_models_archive", "ollama_models_archive_sha256")
 STANDIN_ONLY = pytest.mark.skipif(not standin.is_standin(),
                                   reason="needs the stand-in's answers (real release in use)")
 
 
 class Bed:
-    def __init__(self, tb: conftest.Testbed, artifacts: Path, overrides: dict):
-        self.tb, self.artifacts, self.overrides = tb, artifacts, overrides
-        self.address = {n["name"]: n["address"] for n in tb.nodes}
+    """What these checks read of the lab (tests/e2e/conftest.py's :class:`Lab`)."""
+
+    def __init__(self, lab: Lab):
+        self.lab = lab
+        self.address = {n["name"]: n["address"] for n in lab.nodes}
         self.names = sorted(self.address)
         self.gateway = (self.address["node1"], GATEWAY_PORT)
 
-    def set_overrides(self, **more) -> None:
-        from aicluster.testbed.state import state_dir
-
-        self.overrides.update(more)
-        (state_dir() / "overrides.json").write_text(json.dumps(self.overrides))
+    @property
+    def artifacts(self) -> Path:
+        """The lab's artifact directory (where its stand-in releases are)."""
+        return Path(self.lab.overrides["artifacts_dir"])
 
     def deploy(self) -> dict:
-        proc = run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, DEPLOY], timeout=900,
-                   check=False)
+        """A whole-stack deploy (deploy.py) that must succeed: its results."""
+        proc = self.lab.deploy(check=False)
         output = proc.stdout + proc.stderr
         assert proc.returncode == 0, output[-5000:]
         results = pyinfra_results(output)
@@ -75,7 +84,7 @@ class Bed:
 
     def node(self, name: str) -> dict[str, str]:
         """What the checks read on a node, in one SSH round trip."""
-        out = self.tb.ssh(name, (
+        out = self.lab.ssh(name, (
             "for u in ollama nginx; do "
             "echo \"$u.active=$(systemctl is-active $u)\"; "
             "echo \"$u.enabled=$(systemctl is-enabled $u 2>/dev/null)\"; "
@@ -114,17 +123,18 @@ def _last_upstream(headers: dict[str, str]) -> str:
     return headers["x-ollama-upstream"].split(",")[-1].strip()
 
 
-@pytest.fixture(scope="module")
-def bed(testbed, tmp_path_factory):
+@pytest.fixture
+def bed(lab: Lab) -> Bed:
+    """The lab in miniature (tests/e2e/conftest.py), deployed, with its release files
+    said (the stand-ins the lab was built with, or the real ones)."""
     print(standin.banner())
-    artifacts = tmp_path_factory.mktemp("ollama-artifacts")
-    b = Bed(testbed, artifacts, standin.build(artifacts))
-    b.set_overrides()
-    return b
+    return Bed(lab.deployed())
 
 
 def test_deploy_runs_ollama_on_both_nodes_and_the_gateway_on_node1(bed):
-    first = bed.deploy()
+    # The lab's first (whole-stack) deploy, which lab.deployed() found succeeded.
+    first = pyinfra_results(bed.lab.first.stdout + bed.lab.first.stderr)
+    assert first["errors"] == 0, first
     assert first["changed"] > 0, first
     for name in bed.names:
         s = bed.node(name)
@@ -133,7 +143,7 @@ def test_deploy_runs_ollama_on_both_nodes_and_the_gateway_on_node1(bed):
         assert re.match(rf"ollama version is {re.escape(FIRST)}\b", s["version"]), s
         assert s["releases"].split() == [FIRST], s
         assert {"ollama", "render", "video"} <= set(s["groups"].split()), s
-        unit = bed.tb.ssh(name, "systemctl cat ollama")
+        unit = bed.lab.ssh(name, "systemctl cat ollama")
         assert "/etc/systemd/system/ollama.service.d/aicluster.conf" in unit
         assert f'Environment="OLLAMA_HOST={bed.address[name]}:{PORT}"' in unit
         assert f'Environment="OLLAMA_MODELS={MODELS_DIR}"' in unit
@@ -152,7 +162,7 @@ def test_deploy_runs_ollama_on_both_nodes_and_the_gateway_on_node1(bed):
 
 def test_ollama_and_the_gateway_listen_only_on_cluster_addresses(bed):
     for name in bed.names:
-        listening = bed.tb.ssh(name, "ss -ltnpH")
+        listening = bed.lab.ssh(name, "ss -ltnpH")
         sockets = [(line.split()[3], line) for line in listening.splitlines() if line.strip()]
         ours = {}
         for local, line in sockets:
@@ -219,7 +229,7 @@ def test_a_generation_streams_through_the_gateway_unbuffered(bed):
 
 def test_with_node2_stopped_the_gateway_answers_from_node1(bed):
     node1 = f"{bed.address['node1']}:{PORT}"
-    bed.tb.ssh("node2", "systemctl stop ollama")
+    bed.lab.ssh("node2", "systemctl stop ollama")
     try:
         tried = []
         for i in range(10):
@@ -236,7 +246,9 @@ def test_with_node2_stopped_the_gateway_answers_from_node1(bed):
         # nginx did try node2 (and moved the request on), until it left it out.
         assert any(f"{bed.address['node2']}:{PORT}" in t for t in tried), tried
     finally:
-        bed.tb.ssh("node2", "systemctl start ollama")
+        # Started again whatever happened (the lab is shared); that it answers again is
+        # checked below, so a failure above stays the one reported.
+        bed.lab.ssh("node2", "systemctl start ollama", check=False)
     status = 0
     for _ in range(30):
         try:
@@ -249,7 +261,7 @@ def test_with_node2_stopped_the_gateway_answers_from_node1(bed):
     assert status == 200, "ollama on node2 did not answer again after its start"
 
 
-def test_a_second_deploy_changes_and_restarts_nothing(bed):
+def test_a_whole_stack_rerun_changes_and_restarts_nothing(bed):
     before = {n: bed.node(n) for n in bed.names}
     second = bed.deploy()
     assert second["changed"] == 0, second
@@ -257,50 +269,77 @@ def test_a_second_deploy_changes_and_restarts_nothing(bed):
         after = bed.node(name)
         for key in ("ollama.pid", "ollama.since", "nginx.pid", "pulls"):
             assert after[key] == before[name][key], (name, key, before[name], after)
-    print("second deploy: no change; no service restarted; no model pulled again")
+    print("whole-stack re-run: no change; no service restarted; no model pulled again")
 
 
 def test_a_version_bump_replaces_the_binary_and_restarts_ollama(bed):
     before = {n: bed.node(n) for n in bed.names}
-    bed.set_overrides(ollama_version=SECOND)
-    bumped = bed.deploy()
-    assert bumped["changed"] > 0, bumped
-    for name in bed.names:
-        s = bed.node(name)
-        assert s["link"] == f"/opt/ollama/{SECOND}/bin/ollama", s
-        assert re.match(rf"ollama version is {re.escape(SECOND)}\b", s["version"]), s
-        assert s["releases"].split() == [SECOND], s  # the old release is gone
-        assert s["ollama.active"] == "active", s
-        assert s["ollama.pid"] != before[name]["ollama.pid"], (before[name], s)
-        assert int(s["ollama.since"]) > int(before[name]["ollama.since"]), (before[name], s)
-        assert s["nginx.pid"] == before[name]["nginx.pid"], (before[name], s)
-        assert s["pulls"] == before[name]["pulls"], s  # the models stayed on disk
-        status, _, body = _request((bed.address[name], PORT), "GET", "/api/version")
-        assert status == 200 and json.loads(body)["version"] == SECOND, body
-    print(f"version bump {FIRST} -> {SECOND}: link switched, ollama restarted on both nodes "
-          f"(new MainPID), /opt/ollama/{FIRST} removed, nginx untouched")
-    again = bed.deploy()
-    assert again["changed"] == 0, again
+    old = bed.lab.overrides.get("ollama_version")
+    bed.lab.set_overrides(ollama_version=SECOND)
+    kept = False
+    try:
+        bumped = bed.deploy()
+        assert bumped["changed"] > 0, bumped
+        for name in bed.names:
+            s = bed.node(name)
+            assert s["link"] == f"/opt/ollama/{SECOND}/bin/ollama", s
+            assert re.match(rf"ollama version is {re.escape(SECOND)}\b", s["version"]), s
+            assert s["releases"].split() == [SECOND], s  # the old release is gone
+            assert s["ollama.active"] == "active", s
+            assert s["ollama.pid"] != before[name]["ollama.pid"], (before[name], s)
+            assert int(s["ollama.since"]) > int(before[name]["ollama.since"]), (
+                before[name], s)
+            assert s["nginx.pid"] == before[name]["nginx.pid"], (before[name], s)
+            assert s["pulls"] == before[name]["pulls"], s  # the models stayed on disk
+            status, _, body = _request((bed.address[name], PORT), "GET", "/api/version")
+            assert status == 200 and json.loads(body)["version"] == SECOND, body
+        print(f"version bump {FIRST} -> {SECOND}: link switched, ollama restarted on both "
+              f"nodes (new MainPID), /opt/ollama/{FIRST} removed, nginx untouched")
+        again = bed.deploy()
+        assert again["changed"] == 0, again
+        # The lab stays on the newer version (its override kept): converged, as the
+        # re-run just showed.
+        kept = True
+    finally:
+        if not kept:
+            # The bump failed: the lab back on the version it was built with, re-deployed
+            # (whatever it gives: the failure above is the one reported).
+            bed.lab.set_overrides(ollama_version=old)
+            bed.lab.deploy(check=False)
 
 
 @STANDIN_ONLY
 def test_offline_models_come_from_the_pinned_archive_without_a_pull(bed):
     models = [*standin.MODELS, "offline:1b"]
-    bed.set_overrides(**standin.models_archive(bed.artifacts, models))
-    before = {n: bed.node(n) for n in bed.names}
-    result = bed.deploy()
-    assert result["changed"] > 0, result
-    for name in bed.names:
-        s = bed.node(name)
-        assert s["manifests"].split() == ["./registry.ollama.ai/library/offline/1b",
-                                          "./registry.ollama.ai/library/tiny/1b"], s
-        assert s["pulls"] == before[name]["pulls"], s  # nothing pulled
-        assert s["archive_left"] == "0", s  # the copy was deleted after unpacking
-        assert s["ollama.pid"] == before[name]["ollama.pid"], s  # no restart for a model
-        assert sorted(s["list"].split()) == sorted(models), s
-    status, _, body = _request(bed.gateway, "POST", "/api/generate", {
-        "model": "offline:1b", "prompt": "x", "stream": False, "options": {"num_predict": 1}})
-    assert status == 200, body
-    print("offline models: offline:1b unpacked from the pinned archive on both nodes, no pull")
-    again = bed.deploy()
-    assert again["changed"] == 0, again
+    old = {key: bed.lab.overrides.get(key) for key in ARCHIVE_KEYS}
+    bed.lab.set_overrides(**standin.models_archive(bed.artifacts, models))
+    kept = False
+    try:
+        before = {n: bed.node(n) for n in bed.names}
+        result = bed.deploy()
+        assert result["changed"] > 0, result
+        for name in bed.names:
+            s = bed.node(name)
+            assert s["manifests"].split() == ["./registry.ollama.ai/library/offline/1b",
+                                              "./registry.ollama.ai/library/tiny/1b"], s
+            assert s["pulls"] == before[name]["pulls"], s  # nothing pulled
+            assert s["archive_left"] == "0", s  # the copy was deleted after unpacking
+            assert s["ollama.pid"] == before[name]["ollama.pid"], s  # no restart for a model
+            assert sorted(s["list"].split()) == sorted(models), s
+        status, _, body = _request(bed.gateway, "POST", "/api/generate", {
+            "model": "offline:1b", "prompt": "x", "stream": False,
+            "options": {"num_predict": 1}})
+        assert status == 200, body
+        print("offline models: offline:1b unpacked from the pinned archive on both nodes, "
+              "no pull")
+        again = bed.deploy()
+        assert again["changed"] == 0, again
+        # The archive's overrides stay in the lab's: converged with them, as the re-run
+        # just showed (the archive stays in the lab's artifact directory).
+        kept = True
+    finally:
+        if not kept:
+            # The lab back on the models it was built with, re-deployed (whatever it
+            # gives: the failure above is the one reported). Models on disk stay.
+            bed.lab.set_overrides(**old)
+            bed.lab.deploy(check=False)
