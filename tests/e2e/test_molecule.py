@@ -1,5 +1,11 @@
-"""molecule's full sequence for each role on a testbed the scenario creates and
-destroys itself (destroy, syntax, create, converge, idempotence, verify, destroy):
+"""molecule's full sequence for each role (destroy, syntax, create, converge, idempotence,
+verify, destroy), the roles in deploy order on ONE two-node testbed this module brings
+up with the lab's STAND-IN drives (an NVMe cache, a Ceph disk and a MinIO drive on each
+node) and takes down at its end. Each scenario's create.yml finds that testbed running
+(and the drives it needs) and uses it; its destroy.yml leaves it, as it leaves any
+testbed it did not start. So each role converges on nodes the roles before it already
+converged, as in a site deploy, its second converge must change nothing, and its verify
+must pass:
 
 - base: the base role on node1 and node2;
 - slurm: base, then slurm; srun across both nodes and a job on a STAND-IN GPU in verify;
@@ -39,7 +45,7 @@ import os
 
 import pytest
 
-from tests.e2e.conftest import BIN, ROOT, run
+from tests.e2e.conftest import BIN, LAB_DISKS, ROOT, fresh_testbed, run
 
 
 @pytest.mark.parametrize(
@@ -47,29 +53,33 @@ from tests.e2e.conftest import BIN, ROOT, run
     ["base", "network", "infiniband", "nvidia", "nvme_cache", "nfs", "ceph", "slurm", "ray",
      "ollama", "k3s", "minio"],
 )
-def test_molecule_scenario(role, tmp_path, monkeypatch):
-    if os.geteuid() != 0:
-        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
+def test_molecule_scenario(role, shared_testbed, tmp_path, monkeypatch):
     from aicluster import testbed as tb
 
-    # create.yml starts a testbed only when none runs, and destroy.yml removes only
-    # one it started: start from none so the scenario owns its testbed.
-    if tb.state.load_state():
-        tb.down()
     _release_overrides(role, tmp_path, monkeypatch)
-    try:
-        proc = run(
-            [BIN / "molecule", "test", "--scenario-name", "default"],
-            timeout=1800,
-            check=False,
-            cwd=ROOT / "roles" / role,
-        )
-        assert proc.returncode == 0, f"molecule test of the {role} role failed"
-        assert "idempotence" in (proc.stdout + proc.stderr).lower()
-    finally:
-        if tb.state.load_state():
-            tb.down()
-    assert tb.state.load_state() is None, "molecule's destroy left the testbed running"
+    proc = run(
+        [BIN / "molecule", "test", "--scenario-name", "default"],
+        timeout=1800,
+        check=False,
+        cwd=ROOT / "roles" / role,
+    )
+    assert proc.returncode == 0, f"molecule test of the {role} role failed"
+    assert "idempotence" in (proc.stdout + proc.stderr).lower()
+    state = tb.state.load_state()
+    assert state and state["nodes"] == shared_testbed.nodes, (
+        "the scenario's destroy took down a testbed it did not start")
+
+
+@pytest.fixture(scope="module")
+def shared_testbed():
+    """The module's one testbed (a testbed left running, the lab's included, is taken
+    down first), with the lab's STAND-IN drives; down at the module's end."""
+    if os.geteuid() != 0:
+        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
+    with fresh_testbed(LAB_DISKS) as (bed, _):
+        for node in bed.nodes:
+            bed.ssh(node["name"], "test -c /dev/fuse")
+        yield bed
 
 
 def _release_overrides(role: str, tmp_path, monkeypatch) -> None:
