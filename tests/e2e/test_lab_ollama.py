@@ -46,13 +46,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Lab, pyinfra_results
+from aicluster.components.ollama.derive import models_location
+from aicluster.inventory import load_cluster
+from tests.e2e.conftest import TESTBED_INVENTORY, Lab, pyinfra_results
 from tests.e2e.standins import ollama as standin
 
 PORT, GATEWAY_PORT = 11434, 11435
 FIRST, SECOND = standin.versions()
-MODELS_DIR = "/usr/share/ollama/.ollama/models"
-PULL_LOG = f"{MODELS_DIR}/.stand-in-pulls"
+#: Where the stand-in records each pull, in OLLAMA_MODELS.
+PULL_LOG = ".stand-in-pulls"
 #: The overrides the offline models archive sets (standin.models_archive).
 ARCHIVE_KEYS = ("ollama_models", "ollama_models_archive", "ollama_models_archive_sha256")
 STANDIN_ONLY = pytest.mark.skipif(not standin.is_standin(),
@@ -67,6 +69,10 @@ class Bed:
         self.address = {n["name"]: n["address"] for n in lab.nodes}
         self.names = sorted(self.address)
         self.gateway = (self.address["node1"], GATEWAY_PORT)
+        # OLLAMA_MODELS as the deploy derives it: on the lab, the NVMe cache's directory.
+        cluster = load_cluster(TESTBED_INVENTORY)
+        self.models = {name: models_location(cluster, name, cluster.hosts[name].data)[0]
+                       for name in self.names}
 
     @property
     def artifacts(self) -> Path:
@@ -84,6 +90,7 @@ class Bed:
 
     def node(self, name: str) -> dict[str, str]:
         """What the checks read on a node, in one SSH round trip."""
+        models = self.models[name]
         out = self.lab.ssh(name, (
             "for u in ollama nginx; do "
             "echo \"$u.active=$(systemctl is-active $u)\"; "
@@ -95,13 +102,13 @@ class Bed:
             "echo \"version=$(/usr/local/bin/ollama --version 2>&1)\"; "
             "echo \"releases=$(ls /opt/ollama | tr '\\n' ' ')\"; "
             "echo \"groups=$(id -nG ollama)\"; "
-            f"echo \"pulls=$(cat {PULL_LOG} 2>/dev/null | wc -l)\"; "
-            f"echo \"manifests=$(cd {MODELS_DIR}/manifests 2>/dev/null && "
+            f"echo \"pulls=$(cat {models}/{PULL_LOG} 2>/dev/null | wc -l)\"; "
+            f"echo \"manifests=$(cd {models}/manifests 2>/dev/null && "
             "find . -type f | sort | tr '\\n' ' ')\"; "
-            f"echo \"owner=$(stat -c %U {MODELS_DIR}/manifests 2>/dev/null)\"; "
+            f"echo \"owner=$(stat -c %U {models}/manifests 2>/dev/null)\"; "
             f"echo \"list=$(OLLAMA_HOST={self.address[name]}:{PORT} /usr/local/bin/ollama "
             "list 2>/dev/null | tail -n +2 | awk '{print $1}' | tr '\\n' ' ')\"; "
-            "echo \"archive_left=$(ls -a " + MODELS_DIR + " | grep -c aicluster-models)\""
+            f"echo \"archive_left=$(ls -a {models} | grep -c aicluster-models)\""
         ))
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
@@ -146,7 +153,7 @@ def test_deploy_runs_ollama_on_both_nodes_and_the_gateway_on_node1(bed):
         unit = bed.lab.ssh(name, "systemctl cat ollama")
         assert "/etc/systemd/system/ollama.service.d/aicluster.conf" in unit
         assert f'Environment="OLLAMA_HOST={bed.address[name]}:{PORT}"' in unit
-        assert f'Environment="OLLAMA_MODELS={MODELS_DIR}"' in unit
+        assert f'Environment="OLLAMA_MODELS={bed.models[name]}"' in unit
         if standin.is_standin():
             # The inventory's model, pulled once (the stand-in records each pull).
             assert s["manifests"].split() == ["./registry.ollama.ai/library/tiny/1b"], s
