@@ -102,7 +102,7 @@ def _assert_cache(tb: conftest.Testbed) -> None:
     assert fstype == "xfs" and "noatime" in options.split(","), options
     assert f"UUID={uuid} {PATH} xfs noatime,nofail 0 0\n" in tb.ssh("node2", "cat /etc/fstab")
     assert tb.ssh("node2", f"stat -c '%U %a' {PATH}/ray {PATH}/huggingface").split() == [
-        "ray", "755", "root", "1777"
+        "ray", "777", "root", "1777"
     ]
     assert tb.ssh("node2", "bash -lc 'echo $HF_HOME'").strip() == f"{PATH}/huggingface"
     assert f"OLLAMA_MODELS={PATH}/ollama" in tb.ssh(
