@@ -17,6 +17,7 @@ multi-drive deployment needs) started from the built release file, as systemd st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -266,3 +267,54 @@ def test_writes_wait_for_every_server_and_sigterm_stops_cleanly(cluster):
     a = cluster["procs"][0]
     a.send_signal(signal.SIGTERM)
     assert a.wait(timeout=20) == 0 and time.monotonic() - started < 5
+
+
+#: Bursts of SIGTERMs, each to a freshly started server.
+ROUNDS = 10
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+def test_bursts_of_sigterms_to_launcher_and_server_always_stop_it(built, tmp_path):
+    """systemd's stop (KillMode=control-group) sends SIGTERM to the launcher and the
+    server together, and the launcher forwards its own: a signal can land while the
+    server's handler still runs. Given bursts of SIGTERMs, to both, the server must
+    stop every time (a handler that took a lock, threading.Event.set, deadlocked here
+    and in the lab, leaving minio.service in stop-sigterm for ever: its unit, as MinIO's
+    own, waits for the server however long it takes)."""
+    shm = Path(tempfile.mkdtemp(prefix="aicluster-standin-", dir="/dev/shm"))
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(shm / "notify"))
+    notify.settimeout(30)
+    env = {"PATH": "/usr/bin:/bin", "MINIO_ROOT_USER": USER, "MINIO_ROOT_PASSWORD": PASSWORD,
+           "NOTIFY_SOCKET": str(shm / "notify")}
+    (shm / "d1").mkdir()
+    try:
+        for _ in range(ROUNDS):
+            proc = subprocess.Popen(
+                [str(built["minio"]), "server", "--address", f"127.0.0.1:{_free_port()}",
+                 "--console-address", f"127.0.0.1:{_free_port()}", str(shm / "d1")],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                assert notify.recv(4096).decode().startswith("READY=1")
+                (server,) = _children(proc.pid)
+                # A burst, then nothing more: a handler blocked on a lock its own thread
+                # holds waits for ever once no later signal interrupts it.
+                for pid in (server, proc.pid, server, server):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)
+                # Stopped: cleanly, or by a SIGTERM that landed once Python had put the
+                # default action back while exiting (systemd counts both as a clean stop).
+                assert proc.wait(timeout=15) in (0, 128 + signal.SIGTERM, -signal.SIGTERM)
+            finally:
+                if proc.poll() is None:
+                    for pid in _children(proc.pid):
+                        os.kill(pid, signal.SIGKILL)
+                    proc.kill()
+                    proc.wait()
+    finally:
+        notify.close()
+        subprocess.run(["rm", "-rf", str(shm)], check=False)

@@ -415,9 +415,12 @@ def run_node(role: str, args: list[str]) -> int:
     data_dir = Path(str(config.get("data-dir") or DATA_DIR))
     labels = config.get("node-label") or []
 
-    stop = threading.Event()
+    # Set by SIGTERM/SIGINT. A plain list, never a threading.Event: a signal handler runs
+    # in the main thread between two bytecodes, and one that takes a lock (Event.set)
+    # deadlocks when the signal lands while that thread holds it (two signals at once).
+    stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
     listeners = [serve(bind, KUBELET_PORT, Kubelet)]
     if role == "server":
         if config.get("server"):
@@ -441,7 +444,7 @@ def run_node(role: str, args: list[str]) -> int:
                     "labels": labels, "token_sha256": digest(token)}
     credential = ""
     told_systemd = False
-    while not stop.is_set():
+    while not stopping:
         if not credential:
             try:
                 status, answer = request("POST", f"{server_url}/v1-standin/register",
@@ -469,7 +472,9 @@ def run_node(role: str, args: list[str]) -> int:
                 continue
             if status != 200:
                 log(f"heartbeat to {server_url}: {status}; retrying")
-        stop.wait(HEARTBEAT_S)
+        deadline = time.monotonic() + HEARTBEAT_S
+        while not stopping and time.monotonic() < deadline:
+            time.sleep(0.1)
     for httpd in listeners:
         httpd.shutdown()
         httpd.server_close()

@@ -370,7 +370,11 @@ class Server:
             self._check_drive(d, multi=self.total > 1)
         self.store = Store(drives)
         self.initialized = threading.Event()
-        self.stop = threading.Event()
+        #: Set by SIGTERM/SIGINT. A plain flag, never a threading.Event: a signal handler
+        #: runs in the main thread between two bytecodes, and one that takes a lock
+        #: (Event.set) deadlocks when the signal lands while that thread holds it, as
+        #: when systemd's SIGTERM and the launcher's forwarded one arrive together.
+        self.stopping = False
 
     def _endpoints(self, volumes: list[str]) -> list[Path]:
         expanded = [e for v in volumes for e in expand(v)]
@@ -821,7 +825,7 @@ class Server:
 
     def serve(self) -> int:
         def on_signal(signum, frame):
-            self.stop.set()
+            self.stopping = True
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
@@ -834,21 +838,21 @@ class Server:
         for srv in (api, console):
             threading.Thread(target=srv.serve_forever, daemon=True).start()
         waited = 0.0
-        while not self.stop.is_set():
+        while not self.stopping:
             down = [p for p in self.peers if not self.peer_live(p)]
             if not down:
                 break
             if waited % 10 == 0:
                 log(f"Waiting for all MinIO sub-systems to be initialized ({STANDIN}: no answer "
                     f"yet from {', '.join(down)})")
-            self.stop.wait(1)
+            self.sleep(1)
             waited += 1
-        if not self.stop.is_set():
+        if not self.stopping:
             self.initialized.set()
             log("initialized: every server answers; ready")
             notify_ready(f"READY=1\nSTATUS={STANDIN} MinIO {VERSION} serving\n")
-        while not self.stop.wait(1):
-            pass
+        while not self.stopping:
+            self.sleep(1)
         log("stopping (SIGTERM)")
         failsafe = threading.Timer(10, lambda: os._exit(0))
         failsafe.daemon = True
@@ -857,6 +861,12 @@ class Server:
             srv.shutdown()
             srv.server_close()
         return 0
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep *seconds*, or less once a signal has asked the server to stop."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def _listen(self, address: tuple[str, int], handler):
         host, port = address
