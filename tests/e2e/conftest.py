@@ -128,6 +128,11 @@ def testbed():
 
 # --- The lab in miniature: one whole-stack testbed shared by the test_lab*.py modules ---
 
+#: The Ray release before the one the inventories pin. The lab starts on it (its
+#: overrides), so tests/e2e/test_lab_ray_upgrade.py's bump is the user's own: deploy,
+#: bump the version, deploy again.
+RAY_PREVIOUS = "2.59.0"
+
 #: STAND-IN drives of the lab in miniature (sparse loop devices): an NVMe cache on each
 #: node (node1's also holds the NFS export), a Ceph OSD disk and a MinIO drive on each.
 LAB_DISKS = (
@@ -146,7 +151,8 @@ class Lab:
 
     One lab is made for the test session and shared by the ``test_lab*.py`` modules
     (they run one after another); a test that changes it leaves it converged. The
-    first deploy is made once, by whichever test asks first."""
+    first deploy is made once, by whichever test asks first. Ray starts on
+    :data:`RAY_PREVIOUS` until tests/e2e/test_lab_ray_upgrade.py bumps it."""
 
     testbed: Testbed
     overrides: dict
@@ -158,6 +164,11 @@ class Lab:
 
     def ssh(self, node: str, command: str, check: bool = True) -> str:
         return self.testbed.ssh(node, command, check=check)
+
+    @property
+    def ray_version(self) -> str | None:
+        """The Ray release the lab's overrides pin (None: the inventories' own)."""
+        return self.overrides.get("ray_version")
 
     def set_overrides(self, **changes) -> None:
         """Lay *changes* over the lab's overrides (<state dir>/overrides.json, which
@@ -201,7 +212,9 @@ def _build_lab(tmp: Path) -> Lab:
 
     bed, _made = testbed_up(LAB_DISKS)
     try:
-        overrides: dict = {}
+        overrides: dict = {"ray_version": RAY_PREVIOUS}
+        print(f"lab: Ray {RAY_PREVIOUS} first, the release before the pinned one "
+              "(tests/e2e/test_lab_ray_upgrade.py bumps it)")
         for standin in (k3s, ollama, minio):
             overrides.update(standin.build(tmp / "artifacts"))
             print(standin.banner())

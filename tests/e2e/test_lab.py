@@ -75,7 +75,7 @@ def test_first_deploy_brings_up_every_component(lab: Lab):
     assert_nfs(bed, output)
     assert_ceph_healthy(bed)
     assert_slurm(bed)
-    assert_ray(bed, RAY_VERSION)
+    assert_ray(bed, lab.ray_version or RAY_VERSION)
     _assert_minio(lab)
     _assert_k3s(lab)
     _assert_ollama(lab)

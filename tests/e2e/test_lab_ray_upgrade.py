@@ -1,21 +1,22 @@
-"""Ray upgrade by version bump (pyinfra), on the lab in miniature: the lab's Ray is set
-back to the previous release, then the version goes up to the pinned one again and
-the whole stack is deployed. Workers stop, the head switches and restarts, workers
-switch and rejoin; both nodes then run the new version and a task still runs on each
-node; the previous release's venv is gone; the next whole-stack re-run changes nothing.
+"""Ray upgrade by version bump (pyinfra), on the lab in miniature: the lab starts on the
+previous Ray release (tests/e2e/conftest.py RAY_PREVIOUS, in the lab's overrides), then
+the version goes up to the pinned one and the whole stack is deployed. Workers stop,
+the head switches and restarts, workers switch and rejoin; both nodes then run the new
+version and a task still runs on each node; the previous release's venv is gone; the
+next whole-stack re-run changes nothing.
 
-The previous version is laid over the inventory through the lab's overrides
-(<testbed state dir>/overrides.json, which inventories/testbed.py reads), so no
-repository file is edited. The lab is left on the pinned version, converged.
+A lab already on the pinned version (a module run before this one moved it) is set
+back to the previous release first. Versions are laid over the inventory through the
+lab's overrides (<testbed state dir>/overrides.json, which inventories/testbed.py
+reads), so no repository file is edited. The lab is left on the pinned version,
+converged.
 """
 
 from __future__ import annotations
 
 from tests.e2e.checks import RAY_VERSION, assert_ray, ray_venv
+from tests.e2e.conftest import RAY_PREVIOUS as PREVIOUS
 from tests.e2e.conftest import Lab, pyinfra_results
-
-#: The Ray release before the pinned one.
-PREVIOUS = "2.59.0"
 
 
 def _deploy(lab: Lab) -> tuple[str, dict]:
@@ -29,8 +30,9 @@ def _deploy(lab: Lab) -> tuple[str, dict]:
 def test_ray_version_bump_upgrades_head_then_workers(lab: Lab):
     lab.deployed()
     try:
-        lab.set_overrides(ray_version=PREVIOUS)
-        _deploy(lab)
+        if lab.ray_version != PREVIOUS:
+            lab.set_overrides(ray_version=PREVIOUS)
+            _deploy(lab)
         assert_ray(lab.testbed, PREVIOUS)
     finally:
         lab.set_overrides(ray_version=None)
