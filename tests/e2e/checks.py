@@ -308,16 +308,6 @@ NFS_EXPORT = "/mnt/nvme-cache/shared"
 NFS_CLIENT_SKIPPED = "mounts skipped: this node's kernel has no NFS client"
 
 
-def add_nfs_disk(tb: Testbed) -> None:
-    """Give node1 an empty STAND-IN drive (a loop device) before the deploy: its NVMe
-    cache (XFS) holds the NFS export (ganesha's VFS backend needs a real filesystem)."""
-    from aicluster.testbed.core import disk_add
-
-    disk = disk_add(tb.nodes[0]["name"], "cache", "1G")
-    print(f"STAND-IN drive for node1's NVMe cache and NFS export: {disk['by_id']} "
-          f"({disk['loop']})")
-
-
 def assert_nfs(tb: Testbed, output: str) -> None:
     """ganesha runs on node1 and exports NFS_EXPORT on its XFS cache; node2 mounted
     nothing and the deploy said why; node2 writes a file through ganesha with nfs-cp

@@ -1,10 +1,11 @@
 """End-to-end tests on the local testbed (systemd-nspawn nodes on this machine).
 
-A module that needs a testbed of its own gets a fresh two-node one (``fresh_testbed``,
-the module-scoped ``testbed`` fixture), torn down afterwards whatever happened. The
-``test_lab*.py`` modules share one "lab in miniature" (the ``lab`` fixture: every
-component together on two nodes with disks, deployed once), made at the first of them
-and taken down by the next fresh testbed or at the session's end. Needs root; marked
+A module that needs a testbed of its own gets a fresh two-node one (``fresh_testbed``),
+torn down afterwards whatever happened. The ``test_lab*.py`` modules share one "lab in
+miniature" (the ``lab`` fixture: every component together on two nodes with disks,
+deployed once with pyinfra), made at the first of them and taken down by the next
+testbed or at the session's end; the ``test_ansible*.py`` modules share another made
+the same way (``ansible_lab``), which they deploy with Ansible. Needs root; marked
 ``e2e`` so a developer can run the rest alone with ``-m 'not e2e'``.
 """
 
@@ -119,13 +120,6 @@ def fresh_testbed(disks: tuple[tuple[str, str, str], ...] = ()) -> Iterator[
         tb.down()
 
 
-@pytest.fixture(scope="module")
-def testbed():
-    """A fresh two-node testbed for one test module (one engine)."""
-    with fresh_testbed() as (bed, _):
-        yield bed
-
-
 # --- The lab in miniature: one whole-stack testbed shared by the test_lab*.py modules ---
 
 #: The Ray release before the one the inventories pin. The lab starts on it (its
@@ -157,6 +151,9 @@ class Lab:
     testbed: Testbed
     overrides: dict
     first: subprocess.CompletedProcess | None = None
+    #: Which engine's modules share it: "pyinfra" (the ``lab`` fixture, the
+    #: ``test_lab*.py`` modules) or "ansible" (``ansible_lab``, ``test_ansible*.py``).
+    engine: str = "pyinfra"
 
     @property
     def nodes(self) -> list[dict]:
@@ -188,6 +185,13 @@ class Lab:
         return run([BIN / "pyinfra", "-y", *extra, TESTBED_INVENTORY, "deploy.py"],
                    timeout=timeout, check=check, environ=environ)
 
+    def playbook(self, *extra: str, check: bool = True,
+                 timeout: int = 2400) -> subprocess.CompletedProcess:
+        """``ansible-playbook -i inventories/testbed.py playbooks/site.yml`` (the whole
+        stack, with Ansible)."""
+        return run([BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, *extra,
+                    "playbooks/site.yml"], timeout=timeout, check=check)
+
     def deployed(self) -> Lab:
         """The lab after its first deploy (made now if no test made it), which must
         have succeeded: what a module that works on the deployed lab starts from."""
@@ -205,16 +209,18 @@ class Lab:
 _LAB: Lab | None = None
 
 
-def _build_lab(tmp: Path) -> Lab:
+def _build_lab(tmp: Path, engine: str) -> Lab:
     from aicluster import testbed as tb
     from aicluster.testbed.state import state_dir
     from tests.e2e.standins import k3s, minio, ollama
 
     bed, _made = testbed_up(LAB_DISKS)
     try:
-        overrides: dict = {"ray_version": RAY_PREVIOUS}
-        print(f"lab: Ray {RAY_PREVIOUS} first, the release before the pinned one "
-              "(tests/e2e/test_lab_ray_upgrade.py bumps it)")
+        overrides: dict = {}
+        if engine == "pyinfra":
+            overrides["ray_version"] = RAY_PREVIOUS
+            print(f"lab: Ray {RAY_PREVIOUS} first, the release before the pinned one "
+                  "(tests/e2e/test_lab_ray_upgrade.py bumps it)")
         for standin in (k3s, ollama, minio):
             overrides.update(standin.build(tmp / "artifacts"))
             print(standin.banner())
@@ -226,19 +232,34 @@ def _build_lab(tmp: Path) -> Lab:
         tb.down()
         raise
     # Kept up: the next testbed_up(), or the session's end, takes it down.
-    return Lab(bed, overrides)
+    return Lab(bed, overrides, engine=engine)
+
+
+def _shared_lab(tmp_path_factory, engine: str) -> Lab:
+    global _LAB
+    from aicluster import testbed as tb
+
+    if _LAB is None or _LAB.engine != engine or not tb.state.load_state():
+        _LAB = _build_lab(tmp_path_factory.mktemp(f"lab-{engine}"), engine)
+    return _LAB
 
 
 @pytest.fixture
 def lab(tmp_path_factory) -> Lab:
     """The lab in miniature (:class:`Lab`), made on first use in the session and kept
     up for the next ``test_lab*.py`` module; deployed once (``lab.first_deploy()``)."""
-    global _LAB
-    from aicluster import testbed as tb
+    return _shared_lab(tmp_path_factory, "pyinfra")
 
-    if _LAB is None or not tb.state.load_state():
-        _LAB = _build_lab(tmp_path_factory.mktemp("lab"))
-    return _LAB
+
+@pytest.fixture
+def ansible_lab(tmp_path_factory) -> Lab:
+    """The Ansible lab: the same testbed, drives and STAND-IN release files as the lab
+    in miniature (Ray on the pinned release), shared by the ``test_ansible*.py``
+    modules, which deploy it with Ansible: tests/e2e/test_ansible_molecule.py converges
+    it role by role (molecule), then tests/e2e/test_ansible_site.py runs
+    playbooks/site.yml over it. Made on first use; the next other testbed, or the
+    session's end, takes it down."""
+    return _shared_lab(tmp_path_factory, "ansible")
 
 
 @pytest.fixture(scope="session", autouse=True)

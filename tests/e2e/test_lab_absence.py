@@ -5,7 +5,7 @@ changes nothing; node2 put back converges, leaving the testbed as it was found.
 Group changes are rehearsed through the testbed's overrides (``"groups"`` in
 <testbed state dir>/overrides.json, inventories/testbed.py). On the lab in miniature
 (every component together, shared with the other ``test_lab*.py`` modules); the same
-removal by Ansible is in test_ansible.py.
+removal by Ansible is in test_ansible_site.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Drift the deploy repairs, end to end: runtime state changed by hand on a deployed
 testbed (the live firewall table, applied sysctls) is put back by the next deploy,
-restarting nothing, and the deploy after reports 0 changes (Ansible: test_ansible.py).
+restarting nothing, and the deploy after reports 0 changes (Ansible: test_ansible_site.py).
 
 On the lab in miniature (every component together, shared with the other
 ``test_lab*.py`` modules); each test leaves the nodes converged (repaired) at its end."""

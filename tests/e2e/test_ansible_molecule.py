@@ -1,11 +1,12 @@
 """molecule's full sequence for each role (destroy, syntax, create, converge, idempotence,
-verify, destroy), the roles in deploy order on ONE two-node testbed this module brings
-up with the lab's STAND-IN drives (an NVMe cache, a Ceph disk and a MinIO drive on each
-node) and takes down at its end. Each scenario's create.yml finds that testbed running
-(and the drives it needs) and uses it; its destroy.yml leaves it, as it leaves any
-testbed it did not start. So each role converges on nodes the roles before it already
-converged, as in a site deploy, its second converge must change nothing, and its verify
-must pass:
+verify, destroy), the roles in deploy order on the Ansible lab (tests/e2e/conftest.py
+``ansible_lab``: two nodes with the lab's STAND-IN drives, an NVMe cache, a Ceph disk and
+a MinIO drive on each, and its STAND-IN k3s, Ollama and MinIO release files in the
+lab's overrides). Each scenario's create.yml finds that testbed running (and the drives
+it needs) and uses it; its destroy.yml leaves it, as it leaves any testbed it did not
+start. So each role converges on nodes the roles before it already converged, as in a
+site deploy, its second converge must change nothing, and its verify must pass; the
+testbed stays up, converged, for tests/e2e/test_ansible_site.py's playbooks/site.yml:
 
 - base: the base role on node1 and node2;
 - slurm: base, then slurm; srun across both nodes and a job on a STAND-IN GPU in verify;
@@ -39,13 +40,9 @@ must pass:
 
 from __future__ import annotations
 
-import importlib
-import json
-import os
-
 import pytest
 
-from tests.e2e.conftest import BIN, LAB_DISKS, ROOT, fresh_testbed, run
+from tests.e2e.conftest import BIN, ROOT, Lab, run
 
 
 @pytest.mark.parametrize(
@@ -53,10 +50,11 @@ from tests.e2e.conftest import BIN, LAB_DISKS, ROOT, fresh_testbed, run
     ["base", "network", "infiniband", "nvidia", "nvme_cache", "nfs", "ceph", "slurm", "ray",
      "ollama", "k3s", "minio"],
 )
-def test_molecule_scenario(role, shared_testbed, tmp_path, monkeypatch):
+def test_molecule_scenario(role, ansible_lab: Lab):
     from aicluster import testbed as tb
 
-    _release_overrides(role, tmp_path, monkeypatch)
+    for node in ansible_lab.nodes:
+        ansible_lab.ssh(node["name"], "test -c /dev/fuse")
     proc = run(
         [BIN / "molecule", "test", "--scenario-name", "default"],
         timeout=1800,
@@ -66,34 +64,5 @@ def test_molecule_scenario(role, shared_testbed, tmp_path, monkeypatch):
     assert proc.returncode == 0, f"molecule test of the {role} role failed"
     assert "idempotence" in (proc.stdout + proc.stderr).lower()
     state = tb.state.load_state()
-    assert state and state["nodes"] == shared_testbed.nodes, (
+    assert state and state["nodes"] == ansible_lab.nodes, (
         "the scenario's destroy took down a testbed it did not start")
-
-
-@pytest.fixture(scope="module")
-def shared_testbed():
-    """The module's one testbed (a testbed left running, the lab's included, is taken
-    down first), with the lab's STAND-IN drives; down at the module's end."""
-    if os.geteuid() != 0:
-        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
-    with fresh_testbed(LAB_DISKS) as (bed, _):
-        for node in bed.nodes:
-            bed.ssh(node["name"], "test -c /dev/fuse")
-        yield bed
-
-
-def _release_overrides(role: str, tmp_path, monkeypatch) -> None:
-    """For a role installed from release artifacts (k3s, ollama, minio): build its
-    STAND-IN artifacts (tests/e2e/standins/<role>.py), or take the real artifact
-    directory supplied, and hand the testbed inventory their overrides through
-    $AICLUSTER_TESTBED_OVERRIDES."""
-    try:
-        standin = importlib.import_module(f"tests.e2e.standins.{role}")
-    except ModuleNotFoundError as e:
-        if e.name != f"tests.e2e.standins.{role}":
-            raise
-        return
-    overrides = standin.build(tmp_path / "artifacts")
-    path = tmp_path / "overrides.json"
-    path.write_text(json.dumps(overrides))
-    monkeypatch.setenv("AICLUSTER_TESTBED_OVERRIDES", str(path))

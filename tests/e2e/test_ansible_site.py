@@ -1,4 +1,10 @@
-"""Ansible end to end: the same inventory file, the same result, changed=0 the second time."""
+"""Ansible end to end: playbooks/site.yml with the testbed inventory over the Ansible lab
+(tests/e2e/conftest.py ``ansible_lab``: every component, with the lab's STAND-IN drives
+and release files), which tests/e2e/test_ansible_molecule.py converged role by role
+(alone, this module deploys it from scratch). The site run leaves every service
+working, a second run changes nothing and restarts nothing, a Slurm setting changed
+under a running job reconfigures it, drift is repaired and a node taken out of Slurm
+loses it."""
 
 from __future__ import annotations
 
@@ -7,8 +13,8 @@ import json
 from tests.e2e.checks import (
     COMPONENTS_RECORD,
     RAY_VERSION,
-    add_nfs_disk,
     assert_base,
+    assert_ceph_healthy,
     assert_network,
     assert_nfs,
     assert_nvidia_skipped,
@@ -21,44 +27,39 @@ from tests.e2e.checks import (
     sinfo_nodes,
     slurm_start_times,
 )
-from tests.e2e.conftest import BIN, TESTBED_INVENTORY, ansible_changed, run
+from tests.e2e.conftest import Lab, ansible_changed
 
 
-def _playbook():
-    return run(
-        [BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml"], timeout=1500
-    )
-
-
-def test_playbook_then_rerun_changes_nothing(testbed):
-    make_standin_gpus(testbed)
-    add_nfs_disk(testbed)
-    first = _playbook()
+def test_playbook_then_rerun_changes_nothing(ansible_lab: Lab):
+    bed = ansible_lab.testbed
+    make_standin_gpus(bed)
+    first = ansible_lab.playbook()
     changed = ansible_changed(first.stdout)
-    assert set(changed) >= {"node1", "node2"}
-    assert sum(changed.values()) > 0
-    assert_base(testbed)
-    assert_network(testbed, first.stdout)
-    assert_nvidia_skipped(testbed, first.stdout)
-    assert_nfs(testbed, first.stdout)
-    assert_ray(testbed, RAY_VERSION)
-    ray_started = ray_start_times(testbed)
-    assert_slurm(testbed)
-    slurm_started = slurm_start_times(testbed)
-    second = ansible_changed(_playbook().stdout)
+    assert set(changed) >= {"node1", "node2"}, changed
+    print(f"site.yml over the Ansible lab: changed {changed}")
+    assert_base(bed)
+    assert_network(bed, first.stdout)
+    assert_nvidia_skipped(bed, first.stdout)
+    assert_nfs(bed, first.stdout)
+    assert_ceph_healthy(bed)
+    assert_ray(bed, RAY_VERSION)
+    ray_started = ray_start_times(bed)
+    assert_slurm(bed)
+    slurm_started = slurm_start_times(bed)
+    second = ansible_changed(ansible_lab.playbook().stdout)
     assert second and all(v == 0 for v in second.values()), second
     # Nothing restarted: the Ray units became active when they did before.
-    assert ray_start_times(testbed) == ray_started
+    assert ray_start_times(bed) == ray_started
     # ... nor did munge, slurmctld or slurmd.
-    assert slurm_start_times(testbed) == slurm_started
+    assert slurm_start_times(bed) == slurm_started
 
 
-def test_slurm_config_change_reconfigures_keeping_a_running_job(testbed):
+def test_slurm_config_change_reconfigures_keeping_a_running_job(ansible_lab: Lab):
     def deploy():
-        changed = ansible_changed(_playbook().stdout)
+        changed = ansible_changed(ansible_lab.playbook().stdout)
         assert sum(changed.values()) > 0, changed
 
-    assert_slurm_reconfigures_keeping_jobs(testbed, deploy)
+    assert_slurm_reconfigures_keeping_jobs(ansible_lab.testbed, deploy)
 
 
 # --- drift repaired, and desired absence (docs/rerunning.md) ---
@@ -67,7 +68,7 @@ TABLE = "nft list table inet aicluster"
 RECORD = COMPONENTS_RECORD
 
 
-def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(testbed):
+def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(ansible_lab: Lab):
     """One run repairs runtime drift and takes away what a host no longer runs
     (docs/rerunning.md): the live firewall table (flushed on node1, a rule added by hand
     on node2) and an applied sysctl are put back, and node2, out of ``slurm_workers``,
@@ -76,18 +77,18 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(testbed):
     from aicluster.common.absence import record_text
     from aicluster.testbed.state import state_dir
 
+    testbed = ansible_lab.testbed
     head, node2 = testbed.nodes[0]["name"], testbed.nodes[1]["name"]
     overrides = state_dir() / "overrides.json"
     before = overrides.read_text() if overrides.exists() else None
     data = json.loads(before) if before else {}
-    playbook = [BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml"]
     written = {n: testbed.ssh(n, TABLE) for n in (head, node2)}
     testbed.ssh(head, "nft flush ruleset")
     testbed.ssh(node2, "nft add rule inet aicluster input tcp dport 9999 accept")
     testbed.ssh(node2, "sysctl -w net.ipv4.tcp_mtu_probing=0")
     try:
         overrides.write_text(json.dumps({**data, "groups": {"slurm_workers": [head]}}))
-        run(playbook, timeout=1500)
+        ansible_lab.playbook()
         for node in (head, node2):
             assert testbed.ssh(node, TABLE) == written[node], node
         assert testbed.ssh(node2, "sysctl -n net.ipv4.tcp_mtu_probing").strip() == "1"
@@ -104,7 +105,7 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(testbed):
         nodes = sinfo_nodes(testbed, head, [head])
         print(f"sinfo on {head} after the Ansible removal: {nodes}")
         assert nodes == [head], nodes
-        again = run(playbook, timeout=1500)
+        again = ansible_lab.playbook()
         changed = ansible_changed(again.stdout)
         assert changed and not any(changed.values()), changed
     finally:
@@ -112,6 +113,6 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(testbed):
             overrides.unlink(missing_ok=True)
         else:
             overrides.write_text(before)
-    _playbook()
+    ansible_lab.playbook()
     assert recorded_components(testbed, node2)["slurm"] == ["slurm_workers"]
     assert_slurm(testbed)
