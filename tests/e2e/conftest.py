@@ -137,6 +137,33 @@ LAB_DISKS = (
 
 
 @dataclass
+class Deploy:
+    """One pyinfra deploy, read: its process, its ``output`` (stdout then stderr, where
+    pyinfra writes its progress and results table) and ``results``, the table's "Grand
+    total" (:func:`pyinfra_results`; empty when it printed none, as when every host was
+    refused before any operation)."""
+
+    proc: subprocess.CompletedProcess
+    output: str
+    results: dict[str, int]
+
+    @classmethod
+    def read(cls, proc: subprocess.CompletedProcess) -> Deploy:
+        output = proc.stdout + proc.stderr
+        return cls(proc, output, pyinfra_results(output) if "Grand total" in output else {})
+
+    @property
+    def rc(self) -> int:
+        return self.proc.returncode
+
+    def succeeded(self) -> Deploy:
+        """Check it exited 0 with no error (the output's end in the message if not)."""
+        assert self.rc == 0 and self.results.get("errors") == 0, (
+            self.rc, self.results, self.output[-5000:])
+        return self
+
+
+@dataclass
 class Lab:
     """Every component the testbed can run, together on two nodes with disks: the
     NVMe cache, NFS (ganesha), Ceph (CephFS mounted on both nodes), MinIO, Slurm, Ray,
@@ -184,6 +211,10 @@ class Lab:
         """``pyinfra -y inventories/testbed.py deploy.py`` (the whole stack)."""
         return run([BIN / "pyinfra", "-y", *extra, TESTBED_INVENTORY, "deploy.py"],
                    timeout=timeout, check=check, environ=environ)
+
+    def read_deploy(self, *extra: str, environ: dict[str, str] | None = None) -> Deploy:
+        """A whole-stack deploy (:meth:`deploy`, whatever it exits with), read."""
+        return Deploy.read(self.deploy(*extra, check=False, environ=environ))
 
     def playbook(self, *extra: str, check: bool = True,
                  timeout: int = 2400) -> subprocess.CompletedProcess:

@@ -38,31 +38,24 @@ from tests.e2e.checks import (
     assert_slurm,
     make_standin_gpus,
 )
-from tests.e2e.conftest import Lab, pyinfra_results
+from tests.e2e.conftest import Deploy, Lab
 
 CEPHFS = "/mnt/cephfs"
 CACHE = "/mnt/nvme-cache"
 
 
-def _output(proc) -> str:
-    return proc.stdout + proc.stderr
-
-
 def _assert_rerun_changes_nothing(lab: Lab, which: str) -> None:
-    proc = lab.deploy(check=False)
-    result = pyinfra_results(_output(proc))
-    changed = [line for line in _output(proc).splitlines() if "Success" in line]
-    assert proc.returncode == 0 and result["changed"] == 0 and result["errors"] == 0, (
-        result, changed)
-    print(f"{which} deploy: {result}")
+    rerun = lab.read_deploy().succeeded()
+    changed = [line for line in rerun.output.splitlines() if "Success" in line]
+    assert rerun.results["changed"] == 0, (rerun.results, changed)
+    print(f"{which} deploy: {rerun.results}")
 
 
 def test_first_deploy_brings_up_every_component(lab: Lab):
     make_standin_gpus(lab.testbed)
-    proc = lab.first_deploy()
-    output = _output(proc)
-    result = pyinfra_results(output)
-    assert proc.returncode == 0 and result["errors"] == 0 and result["changed"] > 0, result
+    first = Deploy.read(lab.first_deploy()).succeeded()
+    output = first.output
+    assert first.results["changed"] > 0, first.results
     bed = lab.testbed
     assert_base(bed)
     assert_network(bed, output)
@@ -113,7 +106,7 @@ def test_ceph_objects_cross_nodes_and_keys_stay_secret(lab: Lab):
     from aicluster.testbed.state import state_dir
 
     secret = (state_dir() / "secrets" / "ceph.secret").read_bytes()
-    output = _output(lab.first)
+    output = Deploy.read(lab.first).output
     for entity in ("mon.", "client.admin", "client.bootstrap-osd", "client.aicluster",
                    "mgr.node1", "mds.node1"):
         key = derive_key(secret, entity)
@@ -128,20 +121,19 @@ def test_a_failed_cephfs_mount_fails_the_deploy_and_is_repaired(lab: Lab):
     try:
         # ceph-fuse lets go of the device a moment after the unmount: detach it lazily.
         lab.ssh("node2", "umount -l /dev/fuse && rm -f /dev/fuse && test ! -e /dev/fuse")
-        proc = lab.deploy(check=False)
-        output = _output(proc)
-        assert proc.returncode != 0, "the deploy reported success for a failed mount"
+        failing = lab.read_deploy()
+        output = failing.output
+        assert failing.rc != 0, "the deploy reported success for a failed mount"
         assert f"is not mounted at {CEPHFS}" in output, output[-3000:]
         failed = [line for line in output.splitlines() if f"is not mounted at {CEPHFS}" in line]
         assert all("node2" in line for line in failed), failed
-        assert pyinfra_results(output)["errors"] >= 1
+        assert failing.results["errors"] >= 1
         print("deploy with node2's /dev/fuse gone failed as it must:", failed[0])
     finally:
         # FUSE's device (10:229), as the testbed gives it.
         lab.ssh("node2", "test -c /dev/fuse || mknod -m 666 /dev/fuse c 10 229")
-    proc = lab.deploy(check=False)
-    result = pyinfra_results(_output(proc))
-    assert proc.returncode == 0 and result["errors"] == 0 and result["changed"] > 0, result
+    repair = lab.read_deploy().succeeded()
+    assert repair.results["changed"] > 0, repair.results
     assert lab.ssh("node2", f"findmnt -n -o FSTYPE --mountpoint {CEPHFS}").strip() == (
         "fuse.ceph-fuse")
     _assert_rerun_changes_nothing(lab, "after the repair, the next")

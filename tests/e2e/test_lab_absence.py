@@ -20,14 +20,8 @@ from tests.e2e.checks import (
     recorded_components,
     sinfo_nodes,
 )
-from tests.e2e.conftest import BIN, TESTBED_INVENTORY, pyinfra_results, run
 
 RECORD = COMPONENTS_RECORD
-
-
-def _deploy():
-    proc = run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, "deploy.py"], timeout=1500)
-    return pyinfra_results(proc.stdout + proc.stderr)
 
 
 @pytest.fixture
@@ -47,7 +41,7 @@ def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(lab):
     data = json.loads(before) if before else {}
     try:
         overrides.write_text(json.dumps({**data, "groups": {"slurm_workers": [head]}}))
-        removed = _deploy()
+        removed = lab.read_deploy().succeeded().results
         assert removed["changed"] > 0 and removed["errors"] == 0, removed
         assert lab.ssh(node2, "systemctl is-active slurmd", check=False).strip() in (
             "inactive", "unknown"), "slurmd still runs on the node taken out of Slurm"
@@ -62,7 +56,7 @@ def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(lab):
         nodes = sinfo_nodes(lab, head, [head])
         print(f"sinfo on {head} after the removal: {nodes}")
         assert nodes == [head], nodes
-        again = _deploy()
+        again = lab.read_deploy().succeeded().results
         assert again["changed"] == 0 and again["errors"] == 0, again
     finally:
         if before is None:
@@ -70,7 +64,7 @@ def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(lab):
         else:
             overrides.write_text(before)
     # node2 back in slurm_workers: the deploy converges and both nodes run jobs again.
-    back = _deploy()
+    back = lab.read_deploy().succeeded().results
     assert back["errors"] == 0, back
     assert recorded_components(lab, node2)["slurm"] == ["slurm_workers"]
     assert_slurm(lab)

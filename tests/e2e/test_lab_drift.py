@@ -10,20 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.checks import ray_start_times, slurm_start_times
-from tests.e2e.conftest import (
-    BIN,
-    TESTBED_INVENTORY,
-    pyinfra_results,
-    run,
-)
 
 TABLE = "nft list table inet aicluster"
-
-
-def _deploy() -> dict[str, int]:
-    proc = run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, "deploy.py"], timeout=1500)
-    # pyinfra writes its progress and results table to stderr.
-    return pyinfra_results(proc.stdout + proc.stderr)
 
 
 @pytest.fixture
@@ -50,7 +38,7 @@ def test_a_flushed_or_altered_firewall_and_a_changed_sysctl_are_repaired(lab):
     lab.ssh(node1, "sysctl -w net.ipv4.tcp_mtu_probing=0")
     assert lab.ssh(node1, TABLE, check=False) == ""
     assert "tcp dport 9999 accept" in lab.ssh(node2, TABLE)
-    repaired = _deploy()
+    repaired = lab.read_deploy().succeeded().results
     # node1: its table and its sysctls; node2: its table.
     assert repaired["errors"] == 0 and repaired["changed"] >= 3, repaired
     # Back to what the rules file makes, on both nodes, and the sysctl applied again.
@@ -59,5 +47,5 @@ def test_a_flushed_or_altered_firewall_and_a_changed_sysctl_are_repaired(lab):
     assert lab.ssh(node1, "sysctl -n net.ipv4.tcp_mtu_probing").strip() == "1"
     # Nothing else was restarted.
     assert _started(lab) == started
-    again = _deploy()
+    again = lab.read_deploy().succeeded().results
     assert again["changed"] == 0 and again["errors"] == 0, again

@@ -40,7 +40,7 @@ import re
 import pytest
 
 from aicluster.components.k3s.derive import token_digest, token_text
-from tests.e2e.conftest import Lab, pyinfra_results
+from tests.e2e.conftest import Deploy, Lab
 from tests.e2e.standins import k3s as standin
 from tests.e2e.standins import real_artifacts_dir
 
@@ -62,20 +62,6 @@ def lab(lab):
     else:
         print(f"real k3s release files from {lab.overrides['artifacts_dir']}")
     return lab.deployed()
-
-
-def _output(proc) -> str:
-    # pyinfra writes its progress and results table to stderr.
-    return proc.stdout + proc.stderr
-
-
-def _deploy(lab: Lab) -> tuple[int, str, dict]:
-    """The whole stack (deploy.py) on the lab."""
-    proc = lab.deploy(check=False)
-    output = _output(proc)
-    # A run whose every host was refused before any operation prints no results table.
-    results = pyinfra_results(output) if "Grand total" in output else {}
-    return proc.returncode, output, results
 
 
 def _ip(lab: Lab, node: str) -> str:
@@ -164,18 +150,16 @@ def _assert_secrets(lab: Lab, outputs: list[str]) -> None:
 
 
 def test_deploy_binds_cluster_address_keeps_token_secret_and_a_rerun_changes_nothing(lab):
-    first = _output(lab.first)
-    result = pyinfra_results(first)
-    assert lab.first.returncode == 0 and result["errors"] == 0 and result["changed"] > 0, \
-        result
+    first = Deploy.read(lab.first).succeeded()
+    assert first.results["changed"] > 0, first.results
     _assert_running(lab, _pinned_version(lab))
     _assert_bound_to_cluster_address(lab)
     before = {node: _unit(lab, node) for node in UNITS}
 
-    rc, rerun, result = _deploy(lab)
-    assert rc == 0 and result["changed"] == 0 and result["errors"] == 0, result
+    rerun = lab.read_deploy().succeeded()
+    assert rerun.results["changed"] == 0, rerun.results
     assert {node: _unit(lab, node) for node in UNITS} == before, "a no-op deploy restarted k3s"
-    _assert_secrets(lab, [first, rerun])
+    _assert_secrets(lab, [first.output, rerun.output])
 
 
 @pytest.mark.skipif(not STANDIN, reason="needs two pinned k3s releases one minor apart "
@@ -186,8 +170,7 @@ def test_version_bump_drains_restarts_and_uncordons_node1_then_node2(lab):
     seq = json.loads(lab.ssh("node1", f"cat {STATE}"))["seq"]
     # Kept afterwards: the lab stays on the new version (the next modules re-run it).
     lab.set_overrides(k3s_version=new)
-    rc, bump, result = _deploy(lab)
-    assert rc == 0 and result["errors"] == 0, result
+    bump = lab.read_deploy().succeeded()
     _assert_running(lab, new)
     pins = lab.overrides["k3s_artifacts"]["k3s"]["sha256"][new]["amd64"]
     for node in UNITS:
@@ -222,10 +205,10 @@ def test_version_bump_drains_restarts_and_uncordons_node1_then_node2(lab):
     assert all(not n["unschedulable"] and not n["annotations"] for n in nodes.values()), nodes
 
     before = {node: _unit(lab, node) for node in UNITS}
-    rc, rerun, result = _deploy(lab)
-    assert rc == 0 and result["changed"] == 0 and result["errors"] == 0, result
+    rerun = lab.read_deploy().succeeded()
+    assert rerun.results["changed"] == 0, rerun.results
     assert {node: _unit(lab, node) for node in UNITS} == before
-    _assert_secrets(lab, [bump, rerun])
+    _assert_secrets(lab, [bump.output, rerun.output])
 
 
 @pytest.mark.skipif(not STANDIN, reason="needs a pinned k3s release two minors up "
@@ -238,12 +221,12 @@ def test_a_bump_that_skips_a_minor_version_is_refused_on_both_nodes(lab):
     pinned = lab.overrides.get("k3s_version")
     try:
         lab.set_overrides(k3s_version=skipping)
-        rc, output, _ = _deploy(lab)
-        assert rc != 0
+        refused = lab.read_deploy()
+        assert refused.rc != 0
         for node in UNITS:
             assert re.search(rf"host '{node}': k3s_version: {re.escape(skipping)} skips a "
                              rf"minor version after the {re.escape(running)} the node runs",
-                             output), node
+                             refused.output), node
             assert (lab.ssh(node, f"sha256sum {files}"), _unit(lab, node)) == before[node], \
                 node
     finally:

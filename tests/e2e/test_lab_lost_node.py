@@ -32,21 +32,11 @@ import pytest
 from aicluster.accel.memo import READS_DIR
 from aicluster.artifacts import default_cache_dir
 from aicluster.testbed.state import host_veth_names, state_dir
-from tests.e2e.conftest import BIN, TESTBED_INVENTORY, env, pyinfra_results, run
+from tests.e2e.conftest import BIN, TESTBED_INVENTORY, env
 
 #: A change that gives both nodes work (their network sysctl drop-in is rewritten).
 CHANGE = {"base_sysctl": {"net.core.somaxconn": 8192}}
 SYSCTL_FILE = "/etc/sysctl.d/90-aicluster-network.conf"
-
-
-def _deploy() -> subprocess.CompletedProcess:
-    return run([BIN / "pyinfra", "-y", TESTBED_INVENTORY, "deploy.py"], timeout=1500,
-               check=False)
-
-
-def _output(proc: subprocess.CompletedProcess) -> str:
-    # pyinfra writes its progress and results table to stderr.
-    return proc.stdout + proc.stderr
 
 
 def _link(name: str, up: bool) -> None:
@@ -88,16 +78,15 @@ def test_dry_changes_nothing_on_the_deploying_machine(lab, tmp_path):
         overrides.write_text(json.dumps(
             {**old, "secrets": {**theirs, "munge_key": {"file": str(key)}}}))
         machine = _snapshot(*dirs)
-        proc = run([BIN / "pyinfra", TESTBED_INVENTORY, "deploy.py", "--dry"], timeout=900,
-                   check=False)
+        dry = lab.read_deploy("--dry")
         assert _snapshot(*dirs) == machine
     finally:
         if before is None:
             overrides.unlink(missing_ok=True)
         else:
             overrides.write_text(before)
-    out = _output(proc)
-    assert proc.returncode == 0
+    out = dry.output
+    assert dry.rc == 0
     assert (f"aicluster: --dry: would generate the secret munge_key at {key} (1024 random "
             "bytes, mode 0600)") in out
     assert out.count("would generate the secret munge_key") == 1
@@ -164,14 +153,10 @@ def test_a_node_lost_mid_run_is_let_go_then_rejoins(lab):
         assert "net.core.somaxconn = 8192" in lab.ssh(node1, f"cat {SYSCTL_FILE}")
 
         _link(veth, up=True)
-        again = _deploy()
-        result = pyinfra_results(_output(again))
-        assert again.returncode == 0 and result["errors"] == 0, result
+        lab.read_deploy().succeeded()
         assert "net.core.somaxconn = 8192" in lab.ssh(node2, f"cat {SYSCTL_FILE}")
-        third = _deploy()
-        result = pyinfra_results(_output(third))
-        assert third.returncode == 0 and result["errors"] == 0, result
-        assert result["changed"] == 0, result
+        third = lab.read_deploy().succeeded()
+        assert third.results["changed"] == 0, third.results
     finally:
         _link(veth, up=True)
         if before is None:
@@ -179,7 +164,6 @@ def test_a_node_lost_mid_run_is_let_go_then_rejoins(lab):
         else:
             overrides.write_text(before)
         # Back to the testbed's own settings, converged, for whatever runs next.
-        final = _deploy()
-        result = pyinfra_results(_output(final))
-        converged = final.returncode == 0 and result["errors"] == 0
+        final = lab.read_deploy()
+        converged = final.rc == 0 and final.results.get("errors") == 0
     assert converged, "the testbed did not converge back after the test"

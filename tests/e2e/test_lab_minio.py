@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -48,7 +47,7 @@ import urllib.request
 import pytest
 
 from aicluster.components.minio.derive import root_password
-from tests.e2e.conftest import Lab, pyinfra_results
+from tests.e2e.conftest import Deploy, Lab
 from tests.e2e.standins import minio as standin
 from tests.e2e.standins import real_artifacts_dir
 
@@ -70,12 +69,9 @@ def seen():
     if lab is not None and state.get("converged") is False:
         print("minio: a step failed after the lab was changed; one more whole-stack "
               "deploy to converge it")
-        proc = lab.deploy(check=False)
-        output = proc.stdout + proc.stderr
-        try:
-            print("converging deploy:", proc.returncode, pyinfra_results(output))
-        except AssertionError:
-            print("converging deploy: exited", proc.returncode, "with no results table")
+        converging = lab.read_deploy()
+        print("converging deploy: exited", converging.rc,
+              converging.results or "with no results table")
 
 
 @pytest.fixture
@@ -94,24 +90,19 @@ def _password() -> str:
     return root_password(ref, "minio_root_password", 64)
 
 
-def _checked(proc: subprocess.CompletedProcess, started: float | None = None) -> tuple[
-        str, dict]:
-    # pyinfra writes its progress and results table to stderr.
-    output = proc.stdout + proc.stderr
+def _checked(deploy: Deploy, started: float | None = None) -> Deploy:
+    """*deploy* succeeded, no errors, and printed no root password."""
     if started is not None:
         print(f"deploy took {time.monotonic() - started:.0f} s")
-    assert proc.returncode == 0, output[-5000:]
-    result = pyinfra_results(output)
-    assert result["errors"] == 0, result
-    password = _password()
-    assert password not in output, "the root password appears in the deploy's output"
-    return output, result
+    deploy.succeeded()
+    assert _password() not in deploy.output, "the root password appears in the deploy's output"
+    return deploy
 
 
-def _deploy(lab: Lab) -> tuple[str, dict]:
-    """A whole-stack deploy (deploy.py): succeeded, no errors, no password printed."""
+def _deploy(lab: Lab) -> Deploy:
+    """A whole-stack deploy (deploy.py), :func:`_checked`."""
     started = time.monotonic()
-    return _checked(lab.deploy(check=False), started)
+    return _checked(lab.read_deploy(), started)
 
 
 # boto3 (a test dependency, pyproject.toml) is imported where it is used, not when the
@@ -261,8 +252,9 @@ def _say_standins(lab: Lab) -> None:
 def test_two_servers_s3_across_nodes_with_the_root_credentials(lab, seen):
     _say_standins(lab)
     # The lab's first deploy (the whole stack, tests/e2e/test_lab.py made it).
-    output, first = _checked(lab.first_deploy())
-    assert first["changed"] > 0, first
+    first = _checked(Deploy.read(lab.first_deploy()))
+    output = first.output
+    assert first.results["changed"] > 0, first.results
     versions = seen["versions"]
     assert f"Install the MinIO server {versions[0]}" in output
     _assert_servers(lab, versions[0])
@@ -273,7 +265,7 @@ def test_two_servers_s3_across_nodes_with_the_root_credentials(lab, seen):
 def _rerun_changes_nothing(lab: Lab, seen: dict, version: str) -> dict[str, dict[str, str]]:
     """A whole-stack re-run changes nothing; the servers run *version* (returned)."""
     seen["converged"] = False
-    _, result = _deploy(lab)
+    result = _deploy(lab).results
     assert result["changed"] == 0, result
     seen["converged"] = True
     return _assert_servers(lab, version)
@@ -293,8 +285,9 @@ def test_a_version_bump_replaces_the_binary_and_restarts_both_servers(lab, seen)
     # deploy it and change nothing).
     seen["converged"] = False
     lab.set_overrides(minio_version=new)
-    output, result = _deploy(lab)
-    assert result["changed"] > 0, result
+    bump = _deploy(lab)
+    output = bump.output
+    assert bump.results["changed"] > 0, bump.results
     # Every node's new release is in place before the one restart of all servers.
     install = output.find(f"Starting operation: minio | Install the MinIO server {new}")
     restart = output.find(f"Starting operation: minio | {RESTART}")

@@ -48,7 +48,7 @@ import pytest
 
 from aicluster.components.ollama.derive import models_location
 from aicluster.inventory import load_cluster
-from tests.e2e.conftest import TESTBED_INVENTORY, Lab, pyinfra_results
+from tests.e2e.conftest import TESTBED_INVENTORY, Deploy, Lab
 from tests.e2e.standins import ollama as standin
 
 PORT, GATEWAY_PORT = 11434, 11435
@@ -81,12 +81,7 @@ class Bed:
 
     def deploy(self) -> dict:
         """A whole-stack deploy (deploy.py) that must succeed: its results."""
-        proc = self.lab.deploy(check=False)
-        output = proc.stdout + proc.stderr
-        assert proc.returncode == 0, output[-5000:]
-        results = pyinfra_results(output)
-        assert results["errors"] == 0, results
-        return results
+        return self.lab.read_deploy().succeeded().results
 
     def node(self, name: str) -> dict[str, str]:
         """What the checks read on a node, in one SSH round trip."""
@@ -140,8 +135,7 @@ def bed(lab: Lab) -> Bed:
 
 def test_deploy_runs_ollama_on_both_nodes_and_the_gateway_on_node1(bed):
     # The lab's first (whole-stack) deploy, which lab.deployed() found succeeded.
-    first = pyinfra_results(bed.lab.first.stdout + bed.lab.first.stderr)
-    assert first["errors"] == 0, first
+    first = Deploy.read(bed.lab.first).succeeded().results
     assert first["changed"] > 0, first
     for name in bed.names:
         s = bed.node(name)

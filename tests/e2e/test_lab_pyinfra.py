@@ -15,7 +15,7 @@ from tests.e2e.checks import (
     ray_start_times,
     slurm_start_times,
 )
-from tests.e2e.conftest import BIN, TESTBED_INVENTORY, env, pyinfra_results, run
+from tests.e2e.conftest import Deploy, Lab, env, run
 
 # An ``ssh`` first on PATH that notes each OpenSSH client started, and whether its
 # host's master was there and answering when it started (``ssh -O check`` with the
@@ -34,11 +34,12 @@ os.execv({ssh!r}, [{ssh!r}] + argv)
 """
 
 
-def _deploy(prefix=()):
-    return run([*prefix, BIN / "pyinfra", "-y", TESTBED_INVENTORY, "deploy.py"], timeout=1500)
+def _with(**variables: str) -> dict[str, str]:
+    """The tests' environment (conftest's env()) with *variables* set for pyinfra."""
+    return {**env(), **variables}
 
 
-def _deploy_counting_ssh_clients(tmp: Path):
+def _deploy_counting_ssh_clients(lab: Lab, tmp: Path) -> tuple[Deploy, list[dict]]:
     """A deploy, and each OpenSSH client it started: its arguments, and whether its
     host's master answered when it started (None: a ``-O`` control command)."""
     bin_dir, log = tmp / "bin", tmp / "ssh.log"
@@ -46,25 +47,19 @@ def _deploy_counting_ssh_clients(tmp: Path):
     (bin_dir / "ssh").write_text(LOGGING_SSH.format(
         python=sys.executable, log=str(log), ssh=shutil.which("ssh")))
     (bin_dir / "ssh").chmod(0o755)
-    proc = _deploy(["env", f"PATH={bin_dir}:{env()['PATH']}"])
+    deploy = lab.read_deploy(environ=_with(PATH=f"{bin_dir}:{env()['PATH']}"))
     lines = log.read_text().splitlines() if log.exists() else []
-    return proc, [json.loads(line) for line in lines]
-
-
-def _output(proc):
-    # pyinfra writes its progress and results table to stderr.
-    return proc.stdout + proc.stderr
+    return deploy, [json.loads(line) for line in lines]
 
 
 def test_rerun_uses_one_openssh_master_per_node_and_restarts_nothing(lab, tmp_path):
-    first = pyinfra_results(_output(lab.first_deploy()))
-    assert first["errors"] == 0, first
-    _converged()
+    Deploy.read(lab.first_deploy()).succeeded()
+    _converged(lab)
     ray_started = ray_start_times(lab.testbed)
     slurm_started = slurm_start_times(lab.testbed)
-    proc, clients = _deploy_counting_ssh_clients(tmp_path)
-    second = pyinfra_results(_output(proc))
-    assert second["changed"] == 0 and second["errors"] == 0, second
+    deploy, clients = _deploy_counting_ssh_clients(lab, tmp_path)
+    second = deploy.succeeded().results
+    assert second["changed"] == 0, second
     assert second["no_change"] > 0, second
     # Every command is an OpenSSH client, and they share one master per node: a new
     # SSH connection is made only where a node's master had expired (by connect's
@@ -84,8 +79,8 @@ def test_rerun_uses_one_openssh_master_per_node_and_restarts_nothing(lab, tmp_pa
 
 def test_slurm_config_change_reconfigures_keeping_a_running_job(lab):
     def deploy():
-        result = pyinfra_results(_output(_deploy()))
-        assert result["errors"] == 0 and result["changed"] > 0, result
+        result = lab.read_deploy().succeeded().results
+        assert result["changed"] > 0, result
 
     assert_slurm_reconfigures_keeping_jobs(lab.testbed, deploy)
 
@@ -121,37 +116,36 @@ sys.meta_path.insert(0, _Finder())
 '''
 
 
-def _converged():
+def _converged(lab: Lab) -> None:
     """A deploy with the accelerator on, so that the next starts from a converged
     testbed whatever the tests before left (the Slurm test's setting change)."""
-    result = pyinfra_results(_output(_deploy()))
-    assert result["errors"] == 0, result
+    lab.read_deploy().succeeded()
 
 
-def _stock_rerun(prefix):
+def _stock_rerun(lab: Lab, environ: dict[str, str]) -> str:
     """A re-run on stock pyinfra: it succeeds, changes nothing, and says once why."""
-    proc = _deploy(prefix)
-    out = _output(proc)
-    result = pyinfra_results(out)
-    assert result["changed"] == 0 and result["errors"] == 0, result
+    deploy = lab.read_deploy(environ=environ).succeeded()
+    result = deploy.results
+    assert result["changed"] == 0, result
     assert result["no_change"] > 0, result
-    lines = [line.strip() for line in out.splitlines() if "running on stock pyinfra" in line]
+    lines = [line.strip() for line in deploy.output.splitlines()
+             if "running on stock pyinfra" in line]
     assert len(lines) == 1, lines
     return lines[0]
 
 
 def test_rerun_with_the_accelerator_switched_off_changes_nothing(lab):
-    _converged()
-    line = _stock_rerun(["env", "AICLUSTER_ACCEL=0"])
+    _converged(lab)
+    line = _stock_rerun(lab, _with(AICLUSTER_ACCEL="0"))
     assert "off by AICLUSTER_ACCEL=0" in line, line
     print(f"re-run on stock pyinfra: 0 changes; {line}")
 
 
 def test_rerun_on_a_pyinfra_lacking_a_private_name_steps_aside(lab, tmp_path):
-    _converged()
+    _converged(lab)
     (tmp_path / "sitecustomize.py").write_text(PYINFRA_WITHOUT_MAKE_COMMAND)
-    # (conftest's env() drops PYTHONPATH; `env` sets it for pyinfra alone)
-    line = _stock_rerun(["env", f"PYTHONPATH={tmp_path}"])
+    # (conftest's env() drops PYTHONPATH; set here for pyinfra alone)
+    line = _stock_rerun(lab, _with(PYTHONPATH=str(tmp_path)))
     assert "stepped aside (pyinfra.api.facts has no _make_command)" in line, line
     print(f"re-run on a pyinfra without _make_command: 0 changes; {line}")
 
@@ -163,7 +157,7 @@ def test_a_wheel_installed_outside_the_clone_deploys_the_testbed(lab, tmp_path_f
     from tests.wheel import run as run_checked
     from tests.wheel import wheel_venv
 
-    _converged()
+    _converged(lab)
     venv, wheel_env, work = wheel_venv(tmp_path_factory.mktemp("wheel"))
     aicluster = venv / "bin" / "aicluster"
     deploy = run_checked(aicluster, "path", "deploy", cwd=work, env=wheel_env).strip()
@@ -174,7 +168,6 @@ def test_a_wheel_installed_outside_the_clone_deploys_the_testbed(lab, tmp_path_f
     wheel_env.update({k: v for k, v in env().items() if k.startswith("AICLUSTER_")})
     proc = run([venv / "bin" / "python", "-m", "pyinfra", "-y", "inventories/testbed.py",
                 deploy], cwd=work, timeout=1500, check=False, environ=wheel_env)
-    result = pyinfra_results(_output(proc))
-    assert proc.returncode == 0 and result["errors"] == 0, result
+    result = Deploy.read(proc).succeeded().results
     assert result["changed"] == 0 and result["no_change"] > 0, result
     print(f"the wheel's deploy on the testbed: {result}")

@@ -16,15 +16,7 @@ from __future__ import annotations
 
 from tests.e2e.checks import RAY_VERSION, assert_ray, ray_venv
 from tests.e2e.conftest import RAY_PREVIOUS as PREVIOUS
-from tests.e2e.conftest import Lab, pyinfra_results
-
-
-def _deploy(lab: Lab) -> tuple[str, dict]:
-    proc = lab.deploy(check=False)
-    output = proc.stdout + proc.stderr
-    result = pyinfra_results(output)
-    assert proc.returncode == 0 and result["errors"] == 0, result
-    return output, result
+from tests.e2e.conftest import Lab
 
 
 def test_ray_version_bump_upgrades_head_then_workers(lab: Lab):
@@ -32,12 +24,12 @@ def test_ray_version_bump_upgrades_head_then_workers(lab: Lab):
     try:
         if lab.ray_version != PREVIOUS:
             lab.set_overrides(ray_version=PREVIOUS)
-            _deploy(lab)
+            lab.read_deploy().succeeded()
         assert_ray(lab.testbed, PREVIOUS)
     finally:
         lab.set_overrides(ray_version=None)
 
-    output, _ = _deploy(lab)
+    output = lab.read_deploy().succeeded().output
     # The order pyinfra ran the steps in (each on every node before the next).
     steps = [
         f"Install Ray {RAY_VERSION}",
@@ -55,5 +47,5 @@ def test_ray_version_bump_upgrades_head_then_workers(lab: Lab):
     for node in lab.nodes:
         assert lab.ssh(node["name"], f"test -e {ray_venv(PREVIOUS)} || echo gone").strip() \
             == "gone"
-    _, again = _deploy(lab)
+    again = lab.read_deploy().succeeded().results
     assert again["changed"] == 0, again
