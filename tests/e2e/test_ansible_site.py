@@ -65,13 +65,15 @@ def test_slurm_config_change_reconfigures_keeping_a_running_job(ansible_lab: Lab
 # --- drift repaired, and desired absence (docs/rerunning.md) ---
 
 TABLE = "nft list table inet aicluster"
+CEPHFS = "/mnt/cephfs"
 RECORD = COMPONENTS_RECORD
 
 
 def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(ansible_lab: Lab):
     """One run repairs runtime drift and takes away what a host no longer runs
     (docs/rerunning.md): the live firewall table (flushed on node1, a rule added by hand
-    on node2) and an applied sysctl are put back, and node2, out of ``slurm_workers``,
+    on node2), an applied sysctl and node2's CephFS mount (unmounted) are put back,
+    and node2, out of ``slurm_workers``,
     loses slurmd and leaves Slurm's node list (its data stays, the record is the file
     pyinfra writes); the next run changes nothing; node2 put back converges."""
     from aicluster.common.absence import record_text
@@ -86,12 +88,15 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(ansible_lab: L
     testbed.ssh(head, "nft flush ruleset")
     testbed.ssh(node2, "nft add rule inet aicluster input tcp dport 9999 accept")
     testbed.ssh(node2, "sysctl -w net.ipv4.tcp_mtu_probing=0")
+    testbed.ssh(node2, f"umount {CEPHFS}")
     try:
         overrides.write_text(json.dumps({**data, "groups": {"slurm_workers": [head]}}))
         ansible_lab.playbook()
         for node in (head, node2):
             assert testbed.ssh(node, TABLE) == written[node], node
         assert testbed.ssh(node2, "sysctl -n net.ipv4.tcp_mtu_probing").strip() == "1"
+        assert testbed.ssh(node2, f"findmnt -n -o FSTYPE --mountpoint {CEPHFS}").strip() == (
+            "fuse.ceph-fuse"), "node2's CephFS mount was not put back"
         assert testbed.ssh(node2, "systemctl is-active slurmd", check=False).strip() in (
             "inactive", "unknown"), "slurmd still runs on the node taken out of Slurm"
         assert testbed.ssh(node2, "systemctl is-enabled slurmd", check=False).strip() in (
