@@ -53,8 +53,6 @@ from tests.e2e.conftest import BIN, ROOT, Lab, run
 def test_molecule_scenario(role, ansible_lab: Lab):
     from aicluster import testbed as tb
 
-    for node in ansible_lab.nodes:
-        ansible_lab.ssh(node["name"], "test -c /dev/fuse")
     proc = run(
         [BIN / "molecule", "test", "--scenario-name", "default"],
         timeout=1800,

@@ -55,6 +55,12 @@ def built(tmp_path_factory) -> dict:
     }
 
 
+def _server_env(notify: Path) -> dict[str, str]:
+    """The environment systemd gives a server: the root credentials, $NOTIFY_SOCKET."""
+    return {"PATH": "/usr/bin:/bin", "MINIO_ROOT_USER": USER, "MINIO_ROOT_PASSWORD": PASSWORD,
+            "NOTIFY_SOCKET": str(notify)}
+
+
 @pytest.fixture(scope="module")
 def cluster(built):
     """Two stand-in servers of one deployment, started like systemd starts them."""
@@ -68,8 +74,7 @@ def cluster(built):
     notify_path = shm / "notify"
     notify.bind(str(notify_path))
     notify.settimeout(30)
-    env = {"PATH": "/usr/bin:/bin", "MINIO_ROOT_USER": USER, "MINIO_ROOT_PASSWORD": PASSWORD,
-           "NOTIFY_SOCKET": str(notify_path)}
+    env = _server_env(notify_path)
     procs = []
     try:
         for p in ports:
@@ -278,7 +283,7 @@ def _children(pid: int) -> list[int]:
     return [int(c) for c in path.read_text().split()] if path.exists() else []
 
 
-def test_bursts_of_sigterms_to_launcher_and_server_always_stop_it(built, tmp_path):
+def test_bursts_of_sigterms_to_launcher_and_server_always_stop_it(built):
     """systemd's stop (KillMode=control-group) sends SIGTERM to the launcher and the
     server together, and the launcher forwards its own: a signal can land while the
     server's handler still runs. Given bursts of SIGTERMs, to both, the server must
@@ -289,8 +294,7 @@ def test_bursts_of_sigterms_to_launcher_and_server_always_stop_it(built, tmp_pat
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(shm / "notify"))
     notify.settimeout(30)
-    env = {"PATH": "/usr/bin:/bin", "MINIO_ROOT_USER": USER, "MINIO_ROOT_PASSWORD": PASSWORD,
-           "NOTIFY_SOCKET": str(shm / "notify")}
+    env = _server_env(shm / "notify")
     (shm / "d1").mkdir()
     try:
         for _ in range(ROUNDS):
