@@ -9,7 +9,7 @@ import runpy
 import subprocess
 import time
 
-from tests.e2e.conftest import ROOT, Testbed
+from tests.e2e.conftest import ROOT, Lab, Testbed
 
 #: Whether this host may raise the locked-memory limit at all (a sandboxed host
 #: without CAP_SYS_RESOURCE cannot, and its nspawn nodes inherit that).
@@ -264,14 +264,11 @@ def assert_slurm(tb: Testbed) -> None:
     assert "CUDA_VISIBLE_DEVICES=0" in gpus, env
 
 
-def assert_slurm_reconfigures_keeping_jobs(tb: Testbed, deploy) -> None:
-    """A slurm.conf change (through <state dir>/overrides.json) is applied by the
-    deploy ``deploy()`` with `scontrol reconfigure`: a running job keeps running and
-    no Slurm daemon restarts."""
-    import json
-
-    from aicluster.testbed.state import state_dir
-
+def assert_slurm_reconfigures_keeping_jobs(lab: Lab, deploy) -> None:
+    """A slurm.conf change (through the lab's overrides) is applied by the deploy
+    ``deploy()`` with `scontrol reconfigure`: a running job keeps running and no Slurm
+    daemon restarts."""
+    tb = lab.testbed
     head = tb.nodes[0]["name"]
     # The job must outlast the deploy (an Ansible run takes minutes on the testbed); it
     # is cancelled at the end.
@@ -280,18 +277,9 @@ def assert_slurm_reconfigures_keeping_jobs(tb: Testbed, deploy) -> None:
     state = _wait(tb, head, f"squeue -h -j {job} -o %T", lambda out: out.strip() == "RUNNING")
     assert state.strip() == "RUNNING", state
     started = slurm_start_times(tb)
-    overrides = state_dir() / "overrides.json"
-    before = overrides.read_text() if overrides.exists() else None
-    data = json.loads(before) if before else {}
-    data["slurm_config"] = {**data.get("slurm_config", {}), "MinJobAge": 600}
-    overrides.write_text(json.dumps(data))
-    try:
+    with lab.overridden(slurm_config={**lab.overrides.get("slurm_config", {}),
+                                      "MinJobAge": 600}):
         deploy()
-    finally:
-        if before is None:
-            overrides.unlink()
-        else:
-            overrides.write_text(before)
     config = tb.ssh(head, "scontrol show config")
     assert re.search(r"^MinJobAge\s+= 600 sec", config, re.M), config
     assert tb.ssh(head, f"squeue -h -j {job} -o %T").strip() == "RUNNING"

@@ -1,10 +1,10 @@
 """End-to-end tests on the local testbed (systemd-nspawn nodes on this machine).
 
-A module that needs a testbed of its own gets a fresh two-node one (``fresh_testbed``),
-torn down afterwards whatever happened. The ``test_lab*.py`` modules share one "lab in
-miniature" (the ``lab`` fixture: every component together on two nodes with disks,
-deployed once with pyinfra), made at the first of them and taken down by the next
-testbed or at the session's end; the ``test_ansible*.py`` modules share another made
+A module that needs a testbed of its own makes a fresh two-node one as a user does
+(``cli_testbed_up``), left up for the next modules. The ``test_lab*.py`` modules share
+one "lab in miniature" (the ``lab`` fixture: every component together on two nodes
+with disks, deployed once with pyinfra), made at the first of them and taken down by
+the next testbed or at the session's end; the ``test_ansible*.py`` modules share another made
 the same way (``ansible_lab``), which they deploy with Ansible. Needs root; marked
 ``e2e`` so a developer can run the rest alone with ``-m 'not e2e'``.
 """
@@ -108,16 +108,22 @@ def testbed_up(disks: tuple[tuple[str, str, str], ...] = ()) -> tuple[
     return Testbed(tb.state.load_state() or state), made
 
 
-@contextlib.contextmanager
-def fresh_testbed(disks: tuple[tuple[str, str, str], ...] = ()) -> Iterator[
-        tuple[Testbed, dict[tuple[str, str], dict]]]:
-    """:func:`testbed_up`, taken down when the block ends, whatever happened."""
+def cli_testbed_up(*options: str) -> Testbed:
+    """A fresh two-node testbed made as a user makes one, ``aicluster testbed up
+    --nodes 2 OPTIONS...`` (one left over, the lab's included, is taken down first).
+    Left up: the next testbed, tests/e2e/test_zz_teardown.py or the session's end takes
+    it down."""
+    global _LAB, _KEPT
+    if os.geteuid() != 0:
+        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
     from aicluster import testbed as tb
 
-    try:
-        yield testbed_up(disks)
-    finally:
+    _LAB = None
+    if tb.state.load_state():
         tb.down()
+    _KEPT = True
+    run([BIN / "aicluster", "testbed", "up", "--nodes", "2", *options], timeout=900)
+    return Testbed(tb.state.load_state())
 
 
 # --- The lab in miniature: one whole-stack testbed shared by the test_lab*.py modules ---
@@ -206,6 +212,17 @@ class Lab:
                 self.overrides[key] = value
         (state_dir() / "overrides.json").write_text(json.dumps(self.overrides))
 
+    @contextlib.contextmanager
+    def overridden(self, **changes) -> Iterator[None]:
+        """:meth:`set_overrides` for the block: each key changed is put back as it was
+        when the block ends, whatever happened."""
+        before = {key: self.overrides.get(key) for key in changes}
+        self.set_overrides(**changes)
+        try:
+            yield
+        finally:
+            self.set_overrides(**before)
+
     def deploy(self, *extra: str, check: bool = True, timeout: int = 2400,
                environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """``pyinfra -y inventories/testbed.py deploy.py`` (the whole stack)."""
@@ -238,14 +255,19 @@ class Lab:
 
 
 _LAB: Lab | None = None
+#: Whether a testbed was left up for later modules (a lab, or :func:`cli_testbed_up`'s):
+#: the session's end takes it down if nothing else did.
+_KEPT = False
 
 
 def _build_lab(tmp: Path, engine: str) -> Lab:
+    global _KEPT
     from aicluster import testbed as tb
     from aicluster.testbed.state import state_dir
     from tests.e2e.standins import k3s, minio, ollama
 
     bed, _made = testbed_up(LAB_DISKS)
+    _KEPT = True
     try:
         overrides: dict = {}
         if engine == "pyinfra":
@@ -294,9 +316,9 @@ def ansible_lab(tmp_path_factory) -> Lab:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _lab_down_at_the_end():
+def _kept_testbed_down_at_the_end():
     yield
-    if _LAB is not None:
+    if _KEPT:
         from aicluster import testbed as tb
 
         if tb.state.load_state():

@@ -10,8 +10,6 @@ removal by Ansible is in test_ansible_site.py.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.e2e.checks import (
@@ -31,16 +29,10 @@ def lab(lab):
 
 
 def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(lab):
-    from aicluster.testbed.state import state_dir
-
     head, node2 = lab.nodes[0]["name"], lab.nodes[1]["name"]
     assert recorded_components(lab, node2)["slurm"] == ["slurm_workers"]
     assert recorded_components(lab, head)["slurm"] == ["slurm_controller", "slurm_workers"]
-    overrides = state_dir() / "overrides.json"
-    before = overrides.read_text() if overrides.exists() else None
-    data = json.loads(before) if before else {}
-    try:
-        overrides.write_text(json.dumps({**data, "groups": {"slurm_workers": [head]}}))
+    with lab.overridden(groups={"slurm_workers": [head]}):
         removed = lab.read_deploy().succeeded().results
         assert removed["changed"] > 0 and removed["errors"] == 0, removed
         assert lab.ssh(node2, "systemctl is-active slurmd", check=False).strip() in (
@@ -58,11 +50,6 @@ def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(lab):
         assert nodes == [head], nodes
         again = lab.read_deploy().succeeded().results
         assert again["changed"] == 0 and again["errors"] == 0, again
-    finally:
-        if before is None:
-            overrides.unlink(missing_ok=True)
-        else:
-            overrides.write_text(before)
     # node2 back in slurm_workers: the deploy converges and both nodes run jobs again.
     back = lab.read_deploy().succeeded().results
     assert back["errors"] == 0, back

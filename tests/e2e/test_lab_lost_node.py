@@ -64,27 +64,17 @@ def _snapshot(*dirs) -> dict[str, str]:
 
 
 def test_dry_changes_nothing_on_the_deploying_machine(lab, tmp_path):
-    overrides = state_dir() / "overrides.json"
-    before = overrides.read_text() if overrides.exists() else None
-    old = json.loads(before) if before else {}
     key = tmp_path / "secrets" / "munge.key"  # not there yet, as on a fresh checkout
     dirs = (tmp_path, state_dir() / "secrets", default_cache_dir(), READS_DIR)
-    try:
-        # The testbed inventory's own secrets (overrides replace the whole mapping), but
-        # munge's key named where there is none yet.
-        theirs = {name: {"file": str(state_dir() / "secrets" / file)} for name, file in (
-            ("ceph", "ceph.secret"), ("k3s_token", "k3s-token"),
-            ("minio_root_password", "minio.secret"))}
-        overrides.write_text(json.dumps(
-            {**old, "secrets": {**theirs, "munge_key": {"file": str(key)}}}))
+    # The testbed inventory's own secrets (overrides replace the whole mapping), but
+    # munge's key named where there is none yet.
+    theirs = {name: {"file": str(state_dir() / "secrets" / file)} for name, file in (
+        ("ceph", "ceph.secret"), ("k3s_token", "k3s-token"),
+        ("minio_root_password", "minio.secret"))}
+    with lab.overridden(secrets={**theirs, "munge_key": {"file": str(key)}}):
         machine = _snapshot(*dirs)
         dry = lab.read_deploy("--dry")
         assert _snapshot(*dirs) == machine
-    finally:
-        if before is None:
-            overrides.unlink(missing_ok=True)
-        else:
-            overrides.write_text(before)
     out = dry.output
     assert dry.rc == 0
     assert (f"aicluster: --dry: would generate the secret munge_key at {key} (1024 random "

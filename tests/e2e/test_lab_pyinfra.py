@@ -82,7 +82,7 @@ def test_slurm_config_change_reconfigures_keeping_a_running_job(lab):
         result = lab.read_deploy().succeeded().results
         assert result["changed"] > 0, result
 
-    assert_slurm_reconfigures_keeping_jobs(lab.testbed, deploy)
+    assert_slurm_reconfigures_keeping_jobs(lab, deploy)
 
 
 # --- the pyinfra accelerator off, or stepping aside (aicluster.accel) ---------------

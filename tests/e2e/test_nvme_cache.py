@@ -1,16 +1,22 @@
-"""nvme_cache end to end, with each engine on its own fresh two-node testbed.
+"""nvme_cache end to end, with both engines, one after the other, on one two-node
+testbed made as a user makes it (`aicluster testbed up --nodes 2 --disks 1`); it stays
+up for tests/e2e/test_zz_teardown.py, which takes it down.
 
 STAND-IN drives: the testbed has no NVMe, so each node gets a loop device (a sparse
-file on the host) under a stable name, /dev/disk/by-id/aicluster-testbed-NODE-NAME
-(aicluster testbed disk add). One drive per node: md RAID cannot be built here (no md
-driver), so the RAID0 path is proven on fake hosts only (tests/deploys/test_nvme_cache.py).
+file on the host) under a stable name, /dev/disk/by-id/aicluster-testbed-NODE-disk1.
+One drive per node: md RAID cannot be built here (no md driver), so the RAID0 path is
+proven on fake hosts only (tests/deploys/test_nvme_cache.py).
 
-- node1's drive "held" holds an ext4 filesystem with a file (written from the host):
-  the deploy refuses node1, naming the drive and what is on it, changes nothing on
-  node1 (not even a package), and the file's checksum is the same afterwards;
-- node2's drive "cache" is empty: it becomes the XFS cache, mounted at /mnt/nvme-cache
-  by UUID with noatime,nofail, with its directories and environment;
-- a second deploy changes nothing (and refuses node1 again).
+- node1's drive holds an ext4 filesystem with a file (written from the host): the
+  deploy refuses node1, naming the drive and what is on it, changes nothing on node1
+  (not even a package), and the file's checksum is the same afterwards;
+- node2's drive is empty: pyinfra makes it the XFS cache, mounted at /mnt/nvme-cache by
+  UUID with noatime,nofail, with its directories and environment; a second deploy
+  changes nothing (and refuses node1 again);
+- then Ansible (`site.yml --tags nvme_cache`) over the same nodes: it refuses node1 the
+  same way and finds node2's cache as its role would make it, changing nothing (its
+  own first cache on empty drives: tests/e2e/test_ansible_molecule.py's nvme_cache
+  scenario).
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ from aicluster.inventory import load_cluster
 from tests.e2e import conftest
 from tests.e2e.conftest import BIN, TESTBED_INVENTORY, ansible_changed, pyinfra_results, run
 
-HELD = "/dev/disk/by-id/aicluster-testbed-node1-held"
-CACHE = "/dev/disk/by-id/aicluster-testbed-node2-cache"
+HELD = "/dev/disk/by-id/aicluster-testbed-node1-disk1"
+CACHE = "/dev/disk/by-id/aicluster-testbed-node2-disk1"
 PATH = "/mnt/nvme-cache"
 DEPLOY = Path(__file__).with_name("deploy_nvme_cache.py")
 
@@ -50,22 +56,22 @@ def _held_checksum(loop: str) -> str:
             _host("umount", mnt)
 
 
-@pytest.fixture(scope="module", params=["pyinfra", "ansible"])
-def nvme_testbed(request):
-    """A fresh two-node testbed per engine, node1 with a drive holding data, node2 with
-    an empty one (STAND-IN loop devices)."""
-    with conftest.fresh_testbed((("node1", "held", "1G"), ("node2", "cache", "1G"))) as (
-            bed, disks):
-        held = disks[("node1", "held")]
-        # Data on node1's drive, written from the host before any deploy.
-        _host("mkfs.ext4", "-q", "-L", "held", held["loop"])
-        with tempfile.TemporaryDirectory() as mnt:
-            _host("mount", held["loop"], mnt)
-            try:
-                Path(mnt, "precious.bin").write_bytes(os.urandom(1 << 20))
-            finally:
-                _host("umount", mnt)
-        yield request.param, bed, held
+@pytest.fixture(scope="module")
+def nvme_testbed():
+    """A fresh two-node testbed, one empty STAND-IN drive (a loop device) on each node;
+    node1's then given a filesystem holding a file. Left up (test_zz_teardown.py, or
+    the session's end, takes it down)."""
+    bed = conftest.cli_testbed_up("--disks", "1", "--disk-size", "1G")
+    held = next(d for d in bed.state["disks"] if d["node"] == "node1")
+    # Data on node1's drive, written from the host before any deploy.
+    _host("mkfs.ext4", "-q", "-L", "held", held["loop"])
+    with tempfile.TemporaryDirectory() as mnt:
+        _host("mount", held["loop"], mnt)
+        try:
+            Path(mnt, "precious.bin").write_bytes(os.urandom(1 << 20))
+        finally:
+            _host("umount", mnt)
+    return bed, held, _held_checksum(held["loop"])
 
 
 def _deploy(engine: str) -> tuple[int, str, dict]:
@@ -109,25 +115,38 @@ def _assert_cache(tb: conftest.Testbed) -> None:
         "node2", "systemctl show-environment")
 
 
-def test_a_drive_holding_data_is_refused_an_empty_one_becomes_the_cache(nvme_testbed):
-    engine, tb, held = nvme_testbed
-    checksum = _held_checksum(held["loop"])
-    print(f"{engine}: STAND-IN drive {HELD} holds ext4 with a file, sha256 {checksum}")
-
-    rc, output, first = _deploy(engine)
+def test_pyinfra_refuses_a_drive_holding_data_and_makes_an_empty_one_the_cache(
+        nvme_testbed):
+    tb, held, checksum = nvme_testbed
+    print(f"STAND-IN drive {HELD} holds ext4 with a file, sha256 {checksum}")
+    rc, output, first = _deploy("pyinfra")
     assert rc != 0, "node1 should have been refused"
-    if engine == "pyinfra":
-        assert first["changed"] > 0, first
-    else:
-        assert first.get("node2", 0) > 0, first
-        assert "node1" in output and "failed=1" in output
+    assert first["changed"] > 0, first
     _assert_node1_untouched(tb, held, checksum, output)
     _assert_cache(tb)
 
-    rc, output, second = _deploy(engine)
-    if engine == "pyinfra":
-        assert second["changed"] == 0 and second["errors"] == 0, second
+    rc, output, second = _deploy("pyinfra")
+    assert second["changed"] == 0 and second["errors"] == 0, second
+    _assert_node1_untouched(tb, held, checksum, output)
+    _assert_cache(tb)
+
+
+def test_ansible_refuses_the_same_drive_and_agrees_with_the_cache(nvme_testbed):
+    tb, held, checksum = nvme_testbed
+    # After the pyinfra test, node2's cache is there: the role must find it as it
+    # would have made it. Alone (-k), this test makes it first.
+    made = tb.ssh("node2", f"findmnt -n {PATH} || true").strip() != ""
+    rc, output, first = _deploy("ansible")
+    assert rc != 0 and "node1" in output and "failed=1" in output, first
+    if made:
+        assert first.get("node2") == 0, f"Ansible changed pyinfra's cache: {first}"
+        print("Ansible found node2's cache, made by pyinfra, as its own: changed=0")
     else:
-        assert second.get("node2") == 0, second
+        assert first.get("node2", 0) > 0, first
+    _assert_node1_untouched(tb, held, checksum, output)
+    _assert_cache(tb)
+
+    rc, output, second = _deploy("ansible")
+    assert second.get("node2") == 0, second
     _assert_node1_untouched(tb, held, checksum, output)
     _assert_cache(tb)

@@ -37,3 +37,23 @@ def test_site_applies_the_roles_in_component_order():
         for role in play.get("roles", [])
     ]
     assert applied == [c for c in COMPONENT_ORDER if c in ROLES]
+
+
+def test_each_play_is_tagged_with_its_component():
+    """`--tags slurm` runs the Slurm play alone (docs/rerunning.md): each role's play
+    carries its role's name, the absence and record plays theirs, and the first play,
+    which makes the release files ready, the name of each component that has some."""
+    plays = yaml.safe_load((PROJECT_ROOT / "playbooks" / "site.yml").read_text())
+    tags = {}
+    for play in plays:
+        roles = [r["role"] if isinstance(r, dict) else r for r in play.get("roles", [])]
+        tasks = play.get("tasks", [])
+        from_ = [t["ansible.builtin.include_role"].get("tasks_from") for t in tasks
+                 if "ansible.builtin.include_role" in t]
+        name = roles[0] if roles else (from_[0].removesuffix(".yml") if from_ else "first")
+        tags[name] = play.get("tags")
+    for role in ROLES:
+        assert tags[role] == [role], (role, tags[role])
+    assert tags["absence"] == ["absence"] and tags["record"] == ["record"]
+    with_files = sorted(r for r in ROLES if defaults(r).get(f"{r}_artifacts"))
+    assert with_files and sorted(tags["first"]) == with_files
