@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env aicluster-inventory
 """An example cluster: a head node, four 8x H100 SXM GPU workers and a storage node.
 
     aicluster validate inventories/lab.py

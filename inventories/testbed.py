@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env aicluster-inventory
 """The local testbed's nodes, read from the state ``aicluster testbed up`` wrote.
 
     aicluster testbed up --nodes 2

@@ -1371,6 +1371,33 @@ def _ansible_main(path: str, argv: list[str]) -> None:
     sys.stdout.write("\n")
 
 
+def script(argv: list[str] | None = None) -> None:
+    """``aicluster-inventory FILE --list`` / ``--host NAME``: Ansible's inventory script,
+    run through an inventory file's first line (``#!/usr/bin/env aicluster-inventory``).
+
+    Python compiles a file before any of it runs, so a file run by ``python3`` cannot
+    report its own SyntaxError; compiled here first, it is reported as every entry
+    point reports it, ``file:line: SyntaxError: message`` with exit status 2. The file
+    is then loaded as :func:`ansible_inventory` loads it (its other Python errors are
+    reported the same way)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2 or args[1] not in ("--list", "--host") or (
+            args[1] == "--host" and len(args) != 3):
+        print("usage: aicluster-inventory INVENTORY.py --list | --host NAME "
+              "(Ansible runs it as the inventory file's first line)", file=sys.stderr)
+        raise SystemExit(2)
+    path = args[0]
+    try:
+        source = Path(path).read_bytes()
+    except OSError as exc:
+        _refuse(InventoryError([f"{path}: cannot read it: {exc.strerror or exc}"], path))
+    try:
+        compile(source, path, "exec")
+    except SyntaxError as exc:  # (and its subclasses: IndentationError, TabError)
+        _refuse(InventoryError([python_error(exc, path)], path))
+    _ansible_main(path, args[1:])
+
+
 def _on_import() -> None:
     """An inventory file imports this module on its first line; by then nothing else of
     it has run. So that a Python error further down the file (``true`` for ``True``, a

@@ -13,6 +13,8 @@ addresses are RFC 5737 TEST-NET ones, which nothing answers on.
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +31,8 @@ CASES, _apply = _errors.CASES, _errors._apply
 
 
 REPO = Path(__file__).resolve().parents[2]
-PYINFRA = Path(sys.executable).parent / "pyinfra"
+BIN = Path(sys.executable).parent
+PYINFRA = BIN / "pyinfra"
 TIMEOUT = 120
 
 #: One case per mistake class of issue 20's list (and the ones added with it).
@@ -129,21 +132,59 @@ def test_a_python_error_is_file_and_line_everywhere(bad, error, spec, tmp_path):
     _assert_same_refusal(_refusals(path, tmp_path), [f"  - {path}:3: {error}"])
 
 
-def test_a_syntax_error_is_file_and_line_for_validate_and_pyinfra(spec, tmp_path):
+def _as_ansible_runs_it(path: Path) -> Path:
+    """*path* given our inventories' first line (``#!/usr/bin/env aicluster-inventory``)
+    and made executable, as Ansible's script plugin runs an inventory file."""
+    path.write_text("#!/usr/bin/env aicluster-inventory\n" + path.read_text())
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("bad", ["all = [(", "def f(:", "  x = 1"])
+def test_a_syntax_error_is_file_and_line_everywhere(bad, spec, tmp_path):
     """A SyntaxError stops Python before any of the file runs: pyinfra reports it the
-    same way through the repository's config.py (run before the inventory is loaded).
-    (``--list`` gets Python's own report; docs/inventory.md says so.)"""
+    same way through the repository's config.py (run before the inventory is loaded),
+    and Ansible's run of the file (``INVENTORY --list``) through its first line,
+    ``aicluster-inventory``, which compiles the file before running it."""
     path = spec.write()
-    path.write_text(path.read_text().replace("all = [", "all = [(", 1))
+    if bad.startswith("all"):
+        path.write_text(path.read_text().replace("all = [", bad, 1))
+    else:
+        lines = path.read_text().splitlines()
+        lines.insert(2, bad)
+        path.write_text("\n".join(lines) + "\n")
+    path = _as_ansible_runs_it(path)
     validate = CliRunner().invoke(main, ["validate", str(path)])
     pyinfra = _run(PYINFRA, path, "deploy.py", "-y", cwd=REPO)
+    environ = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    listed = subprocess.run([str(path), "--list"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=TIMEOUT, env=environ)
     for status, output in ((validate.exit_code, validate.stderr),
-                           (pyinfra.returncode, pyinfra.stdout + pyinfra.stderr)):
+                           (pyinfra.returncode, pyinfra.stdout + pyinfra.stderr),
+                           (listed.returncode, listed.stdout + listed.stderr)):
         assert status == 2, output
         assert "Traceback" not in output
-        assert f"  - {path}:" in output and ": SyntaxError: " in output, output
+        assert f"  - {path}:" in output and "Error: " in output, output
         assert "Connecting" not in output
-    assert _report(validate.stderr) == _report(pyinfra.stderr)
+    assert _report(validate.stderr) == _report(pyinfra.stderr) == _report(listed.stderr)
+    assert listed.stdout == ""
+
+
+def test_the_inventory_script_explains_its_arguments(spec):
+    path = spec.write()
+    proc = subprocess.run([str(BIN / "aicluster-inventory"), str(path)],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 2 and "usage: aicluster-inventory" in proc.stderr, proc.stderr
+    listed = subprocess.run([str(BIN / "aicluster-inventory"), str(path), "--list"],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["_meta"]["hostvars"]
+
+
+def test_our_inventories_run_through_aicluster_inventory():
+    for path in (REPO / "inventories").glob("*.py"):
+        assert path.read_text().startswith("#!/usr/bin/env aicluster-inventory\n"), path
+        assert os.access(path, os.X_OK), path
 
 
 def test_a_module_level_setting_is_refused_everywhere(spec, tmp_path):

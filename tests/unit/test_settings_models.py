@@ -67,7 +67,7 @@ def test_pyinfra_and_ansible_get_the_same_values(inventory):
     the other)."""
     hosts = load_hosts(ROOT / inventory)
     binary = Path(sys.executable).parent / "ansible-inventory"
-    # the inventory script runs with the python3 first on PATH: this one
+    # the inventory script (its first line: aicluster-inventory) is found on PATH: this one
     env = {**os.environ, "PATH": f"{binary.parent}:{os.environ.get('PATH', '')}",
            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
     proc = subprocess.run([str(binary), "-i", inventory, "--list"],
