@@ -17,6 +17,7 @@ from pyinfra import host, logger
 
 from aicluster import accel, dryrun
 from aicluster.artifacts import ArtifactError, resolve_cluster
+from aicluster.common.absence import host_mounts
 from aicluster.common.ops import (
     current_cluster,
     pyinfra_dry,
@@ -77,7 +78,7 @@ def _deploy_host() -> None:
             continue
         module.deploy()
 
-    record_components(wanted)
+    record_components(wanted, host_mounts(_cluster, host.name))
 
 
 try:

@@ -45,6 +45,7 @@ from pydantic import (
     model_validator,
 )
 
+from aicluster.common.absence import host_mounts
 from aicluster.common.limits import NETWORK_RETRIES, NETWORK_TIMEOUT
 from aicluster.components import derive_module, model_module
 
@@ -1265,6 +1266,7 @@ def ansible_inventory(path: str | os.PathLike, cluster: Cluster | None = None) -
         hv["aicluster_network_retries"] = NETWORK_RETRIES
         # What the deploy records on the node, and takes away when it is no longer wanted.
         hv["aicluster_components"] = cluster.hosts[name].roles()
+        hv["aicluster_mounts"] = host_mounts(cluster, name)
         hv["ansible_host"] = str(data["ssh_hostname"])
         hv["ansible_user"] = data.get("ssh_user", "root")
         hv["ansible_port"] = data.get("ssh_port", 22)

@@ -159,3 +159,42 @@ def test_the_ollama_gateway_removed_reloads_nginx_without_stopping_it():
     assert "Stop and disable ollama (no longer given here)" in changing
     assert not any("Stop and disable nginx" in n for n in changing)
     assert "Reload nginx (its configuration for this host removed)" in changing
+
+
+def _unmount_only(mounted, in_fstab):
+    """remove_absent alone on a host that recorded CephFS and NFS client mounts and is
+    now given only base: *mounted* are mount points, *in_fstab* those with a line."""
+    lines = {p: f"server:/x {p} nfs _netdev 0 0" for p in in_fstab}
+    facts = {"gpu1": {"LinuxDistribution": DISTRIBUTIONS["debian12"],
+                      "UnitLoaded": lambda unit: False,
+                      "RecordedComponents": {"base": [], "ceph": ["ceph_clients"],
+                                             "nfs": ["nfs_clients"]},
+                      "RecordedMounts": {"ceph": ["/mnt/cephfs"], "nfs": ["/srv/models"]},
+                      "Mounts": {p: {"device": "x", "type": "nfs", "options": []}
+                                 for p in mounted},
+                      "FindInFile": lambda path, pattern, **kw: [
+                          line for p, line in lines.items() if path == "/etc/fstab"
+                          and p in pattern.replace("[.]", ".")]}}
+    return plan([HOSTS[1]], {}, CLUSTER, facts, lambda: remove_absent({"base": []}))
+
+
+def test_a_client_taken_out_unmounts_its_network_mounts_and_removes_their_lines():
+    p = _unmount_only(mounted=["/mnt/cephfs"], in_fstab=["/mnt/cephfs", "/srv/models"])
+    changing = p.changing("gpu1")
+    text = _all_commands(p, "gpu1")
+    print(changing, text, sep="\n")
+    assert "Unmount /mnt/cephfs (no longer given here)" in changing
+    assert "umount /mnt/cephfs" in text
+    # Not mounted (the testbed's node without a kernel NFS client): not unmounted.
+    assert "Unmount /srv/models (no longer given here)" not in changing
+    for path in ("/mnt/cephfs", "/srv/models"):
+        assert f"Remove {path} from fstab (no longer given here)" in changing
+    # The files stay where they are (on the cluster, the server): nothing is deleted,
+    # not even the mount points.
+    assert "rmdir" not in text and "rm -r" not in text
+    assert not any(f"rm -f {path}" in text for path in ("/mnt", "/srv"))
+
+
+def test_mounts_already_gone_change_nothing():
+    p = _unmount_only(mounted=[], in_fstab=[])
+    assert p.changing("gpu1") == []

@@ -388,6 +388,11 @@ def recorded_components(tb: Testbed, node: str) -> dict:
     return json.loads(tb.ssh(node, f"cat {COMPONENTS_RECORD}"))["components"]
 
 
+def recorded_mounts(tb: Testbed, node: str) -> dict:
+    """The network mounts *node* recorded: ``{component: [mount points]}``."""
+    return json.loads(tb.ssh(node, f"cat {COMPONENTS_RECORD}")).get("mounts", {})
+
+
 def sinfo_nodes(tb: Testbed, head: str, want: list[str]) -> list[str]:
     """The nodes sinfo on *head* lists, once they are *want* (or when waiting ends)."""
     out = _wait(tb, head, "sinfo -h -N -o %N", lambda o: sorted(set(o.split())) == want)

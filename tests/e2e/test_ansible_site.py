@@ -22,6 +22,7 @@ from tests.e2e.checks import (
     make_standin_gpus,
     ray_start_times,
     recorded_components,
+    recorded_mounts,
     sinfo_nodes,
     slurm_start_times,
 )
@@ -116,7 +117,9 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(ansible_lab: L
         recorded = recorded_components(testbed, node2)
         assert "slurm" not in recorded
         # Byte for byte what the pyinfra deploy writes.
-        assert testbed.ssh(node2, f"cat {RECORD}") == record_text(recorded)
+        assert testbed.ssh(node2, f"cat {RECORD}") == record_text(
+            recorded, recorded_mounts(testbed, node2))
+        assert recorded_mounts(testbed, node2)["ceph"] == [CEPHFS]
         nodes = sinfo_nodes(testbed, head, [head])
         print(f"sinfo on {head} after the Ansible removal: {nodes}")
         assert nodes == [head], nodes

@@ -1,6 +1,8 @@
 """Desired absence end to end (pyinfra): node2 taken out of ``slurm_workers`` loses
-slurmd and Slurm's node list keeps only node1, its data directory stays, the next run
-changes nothing; node2 put back converges, leaving the testbed as it was found.
+slurmd and Slurm's node list keeps only node1, its data directory stays; taken out of
+``ceph_clients`` at the same time, its CephFS is unmounted and its fstab line removed;
+the next run changes nothing; node2 put back converges (mounted again), leaving the
+testbed as it was found.
 
 Group changes are rehearsed through the testbed's overrides (``"groups"`` in
 <testbed state dir>/overrides.json, inventories/testbed.py). On the lab in miniature
@@ -16,10 +18,12 @@ from tests.e2e.checks import (
     COMPONENTS_RECORD,
     assert_slurm,
     recorded_components,
+    recorded_mounts,
     sinfo_nodes,
 )
 
 RECORD = COMPONENTS_RECORD
+CEPHFS = "/mnt/cephfs"
 
 
 @pytest.fixture
@@ -32,9 +36,22 @@ def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(lab):
     head, node2 = lab.nodes[0]["name"], lab.nodes[1]["name"]
     assert recorded_components(lab, node2)["slurm"] == ["slurm_workers"]
     assert recorded_components(lab, head)["slurm"] == ["slurm_controller", "slurm_workers"]
-    with lab.overridden(groups={"slurm_workers": [head]}):
+    assert lab.ssh(node2, f"findmnt -n -o FSTYPE --mountpoint {CEPHFS}").strip() == (
+        "fuse.ceph-fuse")
+    assert recorded_mounts(lab, node2)["ceph"] == [CEPHFS]
+    lab.ssh(node2, f"echo kept > {CEPHFS}/absence-node2")
+    with lab.overridden(groups={"slurm_workers": [head], "ceph_clients": [head]}):
         removed = lab.read_deploy().succeeded().results
         assert removed["changed"] > 0 and removed["errors"] == 0, removed
+        # Out of ceph_clients (still an OSD): its CephFS mount and fstab line are gone,
+        # the mount point stays, and the files stay on the cluster (node1 reads one).
+        assert lab.ssh(node2, f"findmnt -n --mountpoint {CEPHFS} || echo none").strip() \
+            == "none", "node2's CephFS is still mounted"
+        assert lab.ssh(head, f"cat {CEPHFS}/absence-node2") == "kept\n"
+        assert f" {CEPHFS} " not in lab.ssh(node2, "cat /etc/fstab")
+        lab.ssh(node2, f"test -d {CEPHFS}")
+        assert "ceph" not in recorded_mounts(lab, node2)
+        assert recorded_components(lab, node2)["ceph"] == ["ceph_osds"]
         assert lab.ssh(node2, "systemctl is-active slurmd", check=False).strip() in (
             "inactive", "unknown"), "slurmd still runs on the node taken out of Slurm"
         assert lab.ssh(node2, "systemctl is-enabled slurmd", check=False).strip() in (
@@ -50,8 +67,13 @@ def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(lab):
         assert nodes == [head], nodes
         again = lab.read_deploy().succeeded().results
         assert again["changed"] == 0 and again["errors"] == 0, again
-    # node2 back in slurm_workers: the deploy converges and both nodes run jobs again.
+    # node2 back in slurm_workers and ceph_clients: the deploy converges, both nodes run
+    # jobs again and node2 mounts CephFS again.
     back = lab.read_deploy().succeeded().results
     assert back["errors"] == 0, back
     assert recorded_components(lab, node2)["slurm"] == ["slurm_workers"]
+    assert lab.ssh(node2, f"findmnt -n -o FSTYPE --mountpoint {CEPHFS}").strip() == (
+        "fuse.ceph-fuse")
+    assert recorded_mounts(lab, node2)["ceph"] == [CEPHFS]
+    lab.ssh(node2, f"rm {CEPHFS}/absence-node2")
     assert_slurm(lab)

@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from aicluster.common.absence import (
+    host_mounts,
     parse_record,
+    parse_record_mounts,
     parse_slurped,
     plan,
     record_text,
@@ -75,8 +77,74 @@ def test_stacks_go_before_what_they_stand_on():
 
 
 def test_a_component_without_a_removal_is_named_not_guessed():
-    todo = plan({"base": [], "ceph": ["ceph_osds"]}, {"base": []})
-    assert todo["unbuilt"] == ["ceph"] and todo["services"] == []
+    todo = plan({"base": [], "infiniband": []}, {"base": []})
+    assert todo["unbuilt"] == ["infiniband"] and todo["services"] == []
+
+
+def test_a_role_whose_removal_is_not_built_is_named_with_its_component():
+    todo = plan({"base": [], "ceph": ["ceph_clients", "ceph_osds"]}, {"base": []},
+                {"ceph": ["/mnt/cephfs"]})
+    assert todo["unbuilt"] == ["ceph (ceph_osds)"] and todo["services"] == []
+    # ... and what is built is done: the client's mount goes.
+    assert todo["unmount"] == ["/mnt/cephfs"]
+
+
+# --- network mounts ---------------------------------------------------------------------
+
+MOUNTS = {"ceph": ["/mnt/cephfs"], "nfs": ["/srv/datasets", "/srv/models"]}
+CLIENT = {"base": [], "ceph": ["ceph_clients"], "nfs": ["nfs_clients"]}
+
+
+def test_the_record_holds_the_mounts_and_only_when_there_are_some():
+    text = record_text(CLIENT, MOUNTS)
+    assert parse_record(text) == CLIENT and parse_record_mounts(text) == MOUNTS
+    # A host without network mounts: the record as before mounts were recorded.
+    assert record_text(WORKER, {"nfs": []}) == record_text(WORKER)
+    assert parse_record_mounts(record_text(WORKER)) == {}
+
+
+@pytest.mark.parametrize("mounts", [{"nfs": "/srv"}, {"nfs": ["relative", "/"]}, []])
+def test_recorded_mounts_that_are_not_absolute_paths_are_never_unmounted(mounts):
+    import json
+
+    text = json.dumps({"components": CLIENT, "mounts": mounts})
+    assert all(not paths for paths in parse_record_mounts(text).values())
+
+
+def test_a_host_out_of_the_clients_unmounts_what_it_recorded():
+    nfs_gone = plan(CLIENT, {"base": [], "ceph": ["ceph_clients"]}, MOUNTS)
+    assert nfs_gone["unmount"] == ["/srv/datasets", "/srv/models"]
+    assert nfs_gone["services"] == [] and nfs_gone["unbuilt"] == []
+    ceph_gone = plan(CLIENT, {"base": [], "nfs": ["nfs_clients"]}, MOUNTS)
+    assert ceph_gone["unmount"] == ["/mnt/cephfs"]
+    # The NFS server that stays a server but stops being a client of itself.
+    server = {"nfs": ["nfs_clients", "nfs_server"]}
+    kept = plan(server, {"nfs": ["nfs_server"]}, MOUNTS)
+    assert kept["unmount"] == MOUNTS["nfs"] and kept["services"] == []
+    # Still a client: nothing is unmounted, whatever the record holds.
+    assert plan(CLIENT, CLIENT, MOUNTS)["unmount"] == []
+
+
+def test_a_server_leaving_keeps_its_exported_data_and_mounts_nothing_away():
+    todo = plan({"nfs": ["nfs_server"]}, {}, MOUNTS)
+    assert todo["unmount"] == [] and "nfs-ganesha" in todo["services"]
+
+
+def test_the_mounts_recorded_are_those_the_components_make(spec):
+    from aicluster.inventory import ansible_inventory, load_cluster
+
+    spec.set("groups.nfs_server", ["n1"]).set("groups.nfs_clients", ["n1", "n2"])
+    spec.set("n1.nfs_exports", [{"path": "/srv/models"}])
+    path = spec.write()
+    cluster = load_cluster(path)
+    hostvars = ansible_inventory(path)["_meta"]["hostvars"]
+    for name in ("n1", "n2"):
+        assert host_mounts(cluster, name) == {"nfs": ["/srv/models"]}
+        # Ansible records the same (aicluster_mounts into the record filter).
+        assert hostvars[name]["aicluster_mounts"] == host_mounts(cluster, name)
+        assert FILTERS["aicluster_absence_record"](
+            hostvars[name]["aicluster_components"], hostvars[name]["aicluster_mounts"]
+        ) == record_text(cluster.hosts[name].roles(), host_mounts(cluster, name))
 
 
 def test_the_ollama_gateway_reloads_nginx_and_keeps_it_running():
@@ -129,14 +197,17 @@ def test_hosts_without_a_record_had_nothing():
 
 # --- the Ansible side -------------------------------------------------------------------
 
-def _slurped(record):
-    return {"content": base64.b64encode(record_text(record).encode()).decode()}
+def _slurped(record, mounts=None):
+    return {"content": base64.b64encode(record_text(record, mounts).encode()).decode()}
 
 
 def test_the_filters_decide_as_the_pyinfra_deploy():
     assert FILTERS["aicluster_absence_record"](WORKER) == record_text(WORKER)
     assert FILTERS["aicluster_absence_plan"](_slurped(WORKER), {"base": []}) == plan(
         WORKER, {"base": []})
+    assert FILTERS["aicluster_absence_plan"](_slurped(CLIENT, MOUNTS), {"base": []}) == plan(
+        CLIENT, {"base": []}, MOUNTS)
+    assert FILTERS["aicluster_fstab_regexp"]("/mnt/ceph.fs") == r"^[^#\s]+\s+/mnt/ceph\.fs\s"
     hostvars = {"a": {"base_absence_recorded": _slurped(CTL), "aicluster_components": {}},
                 "b": {"base_absence_recorded": {"failed": True}, "aicluster_components": CTL}}
     refused = FILTERS["aicluster_absence_refusals"](["a", "b"], hostvars, ["a", "b"])
@@ -220,7 +291,7 @@ PLAY = """
 """
 
 
-def _check_mode_run(tmp_path, recorded, wanted):
+def _check_mode_run(tmp_path, recorded, wanted, mounts=None):
     """ansible-playbook --check of roles/base/tasks/absence.yml on two local hosts (no
     change is made: check mode), every host's slurped record given as *recorded* (extra
     vars win over the slurp's register)."""
@@ -236,7 +307,8 @@ def _check_mode_run(tmp_path, recorded, wanted):
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(PLAY)
     (tmp_path / "plans").mkdir()
-    (tmp_path / "vars.json").write_text(json.dumps({"base_absence_recorded": _slurped(recorded),
+    (tmp_path / "vars.json").write_text(json.dumps({"base_absence_recorded": _slurped(recorded,
+                                                                              mounts),
                                                     "plans_dir": str(tmp_path / "plans")}))
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
@@ -263,3 +335,15 @@ def test_the_role_tasks_refuse_before_changing_anything(tmp_path):
     assert "refusing to remove the Slurm controller from a, b" in proc.stdout
     # The run stopped at the refusal: no host got as far as its plan.
     assert plans == {}
+
+
+def test_the_role_tasks_plan_the_unmounts(tmp_path):
+    """Nothing is mounted at the recorded paths here: read, and nothing unmounted."""
+    mounts = {"ceph": [str(tmp_path / "cephfs")]}
+    proc, plans = _check_mode_run(tmp_path, CLIENT, {"a": {"base": []}}, mounts)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert plans["a"]["unmount"] == mounts["ceph"]
+    # Read with findmnt (also in check mode), found not mounted: nothing unmounted; the
+    # one change is the test's own copy of the plan.
+    assert "TASK [base : Read which of the recorded mounts" in proc.stdout
+    assert "changed=1 " in proc.stdout, proc.stdout

@@ -7,13 +7,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from aicluster.common.absence import parse_slurped, plan, record_text, refusals
+from aicluster.common.absence import (
+    parse_slurped,
+    parse_slurped_mounts,
+    plan,
+    record_text,
+    refusals,
+)
+from aicluster.common.mounts import fstab_python_regexp
 
 
 def absence_plan(slurped: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> dict:
-    """What this host no longer runs (services, files, reload, unbuilt, components),
-    from its slurped record and the inventory's ``aicluster_components``."""
-    return plan(parse_slurped(slurped), wanted or {})
+    """What this host no longer runs (services, files, reload, unmount, unbuilt,
+    components), from its slurped record and the inventory's ``aicluster_components``."""
+    return plan(parse_slurped(slurped), wanted or {}, parse_slurped_mounts(slurped))
 
 
 def absence_refusals(play_hosts: Iterable[str], hostvars: Any,
@@ -26,9 +33,10 @@ def absence_refusals(play_hosts: Iterable[str], hostvars: Any,
     return refusals(recorded, wanted)
 
 
-def absence_record(wanted: Mapping[str, Any]) -> str:
-    """The text of /etc/aicluster/components for a host given *wanted*."""
-    return record_text(wanted or {})
+def absence_record(wanted: Mapping[str, Any], mounts: Mapping[str, Any] | None = None) -> str:
+    """The text of /etc/aicluster/components for a host given *wanted* (the inventory's
+    ``aicluster_components``) and *mounts* (``aicluster_mounts``)."""
+    return record_text(wanted or {}, mounts or {})
 
 
 class FilterModule:
@@ -37,4 +45,6 @@ class FilterModule:
             "aicluster_absence_plan": absence_plan,
             "aicluster_absence_refusals": absence_refusals,
             "aicluster_absence_record": absence_record,
+            # The fstab line mounting something at a path (the line pyinfra removes).
+            "aicluster_fstab_regexp": fstab_python_regexp,
         }

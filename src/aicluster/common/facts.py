@@ -17,7 +17,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from aicluster.common import drift
-from aicluster.common.absence import RECORD, parse_record
+from aicluster.common.absence import RECORD, parse_record, parse_record_mounts
 from aicluster.common.disks import command_text, parse
 
 
@@ -233,3 +233,11 @@ class RecordedComponents(FactBase):
 
     def process(self, output):
         return parse_record("\n".join(output))
+
+
+class RecordedMounts(RecordedComponents):
+    """The network mounts the last deploy recorded on the node (the same file):
+    component -> mount points; ``{}`` when none."""
+
+    def process(self, output):
+        return parse_record_mounts("\n".join(output))

@@ -11,8 +11,11 @@ mount that is not there.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable
+
+FSTAB = "/etc/fstab"
 
 #: Seconds to wait for the mount point to show the filesystem after ``mount`` returned.
 MOUNT_WAIT_SECONDS = 15
@@ -38,3 +41,14 @@ def mount_command(path: str, fstypes: Iterable[str], source: str,
         f"${{t:-no filesystem}}, expected {types}): ${{out:-mount printed nothing}}\" >&2; "
         f"exit 1"
     )
+
+
+def fstab_regexp(path: str) -> str:
+    """The fstab line that mounts something at *path*, as a POSIX extended regular
+    expression (grep -E and sed -E, for pyinfra's files.line)."""
+    return rf"^[^#[:space:]]+[[:space:]]+{path.replace('.', '[.]')}[[:space:]]"
+
+
+def fstab_python_regexp(path: str) -> str:
+    """The same line as a Python regular expression (Ansible's lineinfile)."""
+    return rf"^[^#\s]+\s+{re.escape(path)}\s"

@@ -18,7 +18,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.context import ctx_state
 from pyinfra.facts.files import Sha1File
-from pyinfra.facts.server import LinuxDistribution
+from pyinfra.facts.server import LinuxDistribution, Mounts
 from pyinfra.operations import files, server, systemd
 
 from aicluster.common import drift
@@ -28,9 +28,11 @@ from aicluster.common.facts import (
     KernelModulesLoaded,
     NftTableDrift,
     RecordedComponents,
+    RecordedMounts,
     SysctlValues,
     UnitLoaded,
 )
+from aicluster.common.mounts import FSTAB, fstab_regexp
 from aicluster.common.netconf import (
     NETPLAN_FILE,
     PREFIX,
@@ -402,19 +404,27 @@ def modules_loaded(modules: list[str]):
 def remove_absent(wanted: Mapping[str, Iterable[str]]) -> None:
     """Take off this host what its record says it ran and *wanted* (the inventory's
     component -> roles for it now) no longer gives it: each component's
-    ``derive.REMOVAL`` services stopped and disabled, its files removed, units
-    reloaded. Packages and data stay. A component whose removal is not built is named
-    in a warning (its services keep running)."""
+    ``derive.REMOVAL`` services stopped and disabled, its recorded network mounts
+    unmounted and their fstab lines removed, its files removed, units reloaded.
+    Packages and data stay. What has no removal built is named in a warning (its
+    services keep running)."""
     recorded = host.get_fact(RecordedComponents) or {}
-    todo = plan(recorded, wanted)
-    if not todo["components"]:
+    if not plan(recorded, wanted)["components"]:
         return
+    todo = plan(recorded, wanted, host.get_fact(RecordedMounts) or {})
     gone = ", ".join(f"{c} ({'all' if w['whole'] else ', '.join(w['roles'])})"
                      for c, w in todo["components"].items())
     logger.info(f"{host.print_prefix}no longer given here: {gone}")
     for component in todo["unbuilt"]:
         logger.warning(f"{host.print_prefix}{component} is no longer given to this host, but "
                        "its removal is not built: its services keep running")
+    mounted = (host.get_fact(Mounts) or {}) if todo["unmount"] else {}
+    for path in todo["unmount"]:
+        if path in mounted:
+            server.shell(name=f"Unmount {path} (no longer given here)",
+                         commands=[f"umount {shlex.quote(path)}"])
+        files.line(name=f"Remove {path} from fstab (no longer given here)", path=FSTAB,
+                   line=fstab_regexp(path), present=False, extended_regex=True)
     for service in todo["services"]:
         if host.get_fact(UnitLoaded, unit=f"{service}.service"):
             systemd.service(name=f"Stop and disable {service} (no longer given here)",
@@ -433,12 +443,15 @@ def remove_absent(wanted: Mapping[str, Iterable[str]]) -> None:
                             _if=lambda: any(op.did_change() for _, op in removed))
 
 
-def record_components(wanted: Mapping[str, Iterable[str]]) -> None:
+def record_components(wanted: Mapping[str, Iterable[str]],
+                      mounts: Mapping[str, Iterable[str]] | None = None) -> None:
     """Write on this host what the inventory gives it (aicluster.common.absence.RECORD):
-    the last operation of its deploy, read back by the next one."""
+    its components and roles, and their network mounts (*mounts*,
+    aicluster.common.absence.host_mounts); the last operation of its deploy, read back
+    by the next one."""
     files.directory(name=f"aicluster's directory {RECORD_DIR}", path=RECORD_DIR)
     files.put(name=f"Record the components this host runs ({RECORD})",
-              src=StringIO(record_text(wanted)), dest=RECORD, mode="644")
+              src=StringIO(record_text(wanted, mounts)), dest=RECORD, mode="644")
 
 
 _CHECKED: set[int] = set()

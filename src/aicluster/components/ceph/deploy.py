@@ -42,6 +42,7 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 
 from aicluster.common.facts import BlockDevices
+from aicluster.common.mounts import FSTAB, fstab_regexp
 from aicluster.common.ops import (
     install_packages,
     put_template,
@@ -51,7 +52,6 @@ from aicluster.common.ops import (
 )
 from aicluster.components.ceph.derive import (
     CONF,
-    FSTAB,
     OSD_DEVICES_FILE,
     OSD_TOOL,
     OSD_UNIT,
@@ -176,7 +176,7 @@ def _mount(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
     fstab = files.line(
         name=f"Mount CephFS at {path} at boot (fstab, _netdev)",
         path=FSTAB,
-        line=rf"^[^#[:space:]]+[[:space:]]+{path.replace('.', '[.]')}[[:space:]]",
+        line=fstab_regexp(path),
         replace=v["ceph_fstab_line"],
         extended_regex=True,
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import re
 import shlex
 import struct
 import uuid
@@ -17,7 +16,7 @@ from typing import Any
 from aicluster.common.disks import cache_devices, check_devices, describe, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
-from aicluster.common.mounts import mount_command
+from aicluster.common.mounts import fstab_python_regexp, mount_command
 from aicluster.common.networks import host_address, pick_network
 from aicluster.common.settings import config_text, layered, merge_config
 from aicluster.components.ceph.probe import command_text as ceph_command_text
@@ -38,7 +37,6 @@ MONMAP = "/var/lib/ceph/tmp/aicluster-monmap"
 OSD_TOOL = "/usr/local/sbin/aicluster-ceph-osd"
 OSD_DEVICES_FILE = "/etc/ceph/aicluster-osd-devices"
 OSD_UNIT = "aicluster-ceph-osds.service"
-FSTAB = "/etc/fstab"
 #: What findmnt shows at the mount point once CephFS is mounted, by client.
 MOUNT_TYPES = {"fuse": ["fuse.ceph-fuse", "fuse.ceph"], "kernel": ["ceph"]}
 #: Keys of ceph.conf computed from the inventory: ceph_config may not set them.
@@ -236,14 +234,30 @@ def secret_ref(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, str]:
     return _secret_ref(cluster, cluster_data(cluster, data)["ceph_keys_name"], "ceph.secret")
 
 
+def cephfs_mount(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> str:
+    """Where this host mounts CephFS ("" when it does not: not a client, no MDS, or no
+    mount point set)."""
+    v = layered("ceph", data)
+    if roles(cluster, host_name)["client"] and cluster.group("ceph_mds") \
+            and v["ceph_cephfs_mount"]:
+        return str(v["ceph_cephfs_mount"]).rstrip("/")
+    return ""
+
+
+def mounts(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> list[str]:
+    """The network mounts this host gets (recorded; unmounted when it leaves
+    ``ceph_clients``, :data:`REMOVAL`)."""
+    mount = cephfs_mount(cluster, host_name, data)
+    return [mount] if mount else []
+
+
 def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
     v = layered("ceph", data)
     c = cluster_data(cluster, data)
     network = ceph_network(cluster, data)
     r = roles(cluster, host_name)
     devices = osd_devices(data) if r["osd"] else []
-    mount = str(v["ceph_cephfs_mount"]).rstrip("/") if (
-        r["client"] and cluster.group("ceph_mds") and v["ceph_cephfs_mount"]) else ""
+    mount = cephfs_mount(cluster, host_name, data)
     mons = mon_addrs(cluster, c, network)
     fs = None
     if cluster.group("ceph_mds"):
@@ -297,7 +311,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
             mount, MOUNT_TYPES[v["ceph_cephfs_mount_type"]],
             f"CephFS {c['ceph_cephfs_name']} ({v['ceph_cephfs_mount_type']} client)",
         ) if mount else "",
-        "ceph_fstab_regexp": rf"^[^#\s]+\s+{re.escape(mount)}\s" if mount else "",
+        "ceph_fstab_regexp": fstab_python_regexp(mount) if mount else "",
         "ceph_quorum_wait_command": quorum_wait_command(c),
         "ceph_auth_import_command": f"{_ceph(c)} auth import -i {AUTH_KEYRING}",
         "ceph_fs_commands": [fs_command(c, fs), mds_wait_command(c)] if fs else [],
@@ -741,11 +755,23 @@ def cluster_key_commands(v: Mapping[str, Any], decided: Mapping[str, Any]) -> li
     return out
 
 
+#: What a deploy takes off a host that leaves ``ceph_clients`` (aicluster.common.absence):
+#: its CephFS mount, unmounted and its fstab line removed (the files stay on the
+#: cluster). The daemons' removal (``ceph mon remove``, OSDs drained out) is not built:
+#: a host that leaves ``ceph_mons``, ``ceph_osds`` or ``ceph_mds`` keeps its daemons
+#: running, and the deploy says so.
+REMOVAL = {
+    "ceph_clients": {"unmount": True},
+    "ceph_mons": {"unbuilt": True},
+    "ceph_osds": {"unbuilt": True},
+    "ceph_mds": {"unbuilt": True},
+}
+
+
 def removal_refusals(recorded, wanted) -> list[str]:
     """A Ceph monitor quorum is kept: of the monitors the nodes recorded, a majority
     must stay monitors (fewer, and the cluster stops answering until the ones taken
-    away come back). Ceph's own removal (ceph mon remove, OSDs out) is not built: a
-    host that leaves ceph keeps its daemons running, and the deploy says so."""
+    away come back)."""
     before = [h for h, roles in recorded.items() if "ceph_mons" in (roles.get("ceph") or ())]
     if not before or not any("ceph" in roles for roles in wanted.values()):
         return []

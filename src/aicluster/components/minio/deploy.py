@@ -47,6 +47,7 @@ from pyinfra.operations.util import any_changed
 
 from aicluster import artifacts
 from aicluster.common.facts import BlockDevices
+from aicluster.common.mounts import FSTAB, fstab_regexp
 from aicluster.common.ops import (
     install_packages,
     inventory_hosts,
@@ -59,12 +60,10 @@ from aicluster.common.ops import (
 from aicluster.common.settings import layered
 from aicluster.components.minio.derive import (
     ENV_FILE,
-    FSTAB,
     UNIT,
     SecretText,
     bucket_commands,
     derived_vars,
-    fstab_regexp,
     minio_hosts,
     mkfs_command,
     node_current,

@@ -19,7 +19,7 @@ from aicluster import artifacts
 from aicluster.common.disks import cache_devices, check_devices, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
-from aicluster.common.mounts import mount_command
+from aicluster.common.mounts import fstab_python_regexp, mount_command
 from aicluster.common.networks import (
     host_address,
     network_errors,
@@ -36,7 +36,6 @@ from aicluster.secrets import secret_ref as _secret_ref
 
 ENV_FILE = "/etc/default/minio"
 UNIT = "/etc/systemd/system/minio.service"
-FSTAB = "/etc/fstab"
 SYSTEM_DIRS = ("/", "/boot", "/etc", "/home", "/usr", "/var", "/tmp", "/root", "/opt",
                "/mnt", "/srv", "/var/lib", "/dev", "/proc", "/sys", "/run")
 PASSWORD_RE = re.compile(r"^[A-Za-z0-9._~-]{8,40}$")
@@ -695,16 +694,6 @@ def mkfs_command(device: str, label: str, fs_uuid_: str) -> str:
     """mkfs.xfs WITHOUT -f: it refuses a device that holds a signature after all."""
     return (f"mkfs.xfs -q -L {shlex.quote(label)} -m uuid={shlex.quote(fs_uuid_)} "
             f"{shlex.quote(device)}")
-
-
-def fstab_regexp(path: str) -> str:
-    """The fstab line that mounts something at ``path`` (POSIX ERE, for files.line)."""
-    return rf"^[^#[:space:]]+[[:space:]]+{path.replace('.', '[.]')}[[:space:]]"
-
-
-def fstab_python_regexp(path: str) -> str:
-    """The same line as a Python regular expression (Ansible's lineinfile)."""
-    return rf"^[^#\s]+\s+{re.escape(path)}\s"
 
 
 #: What a deploy takes off a host the inventory no longer gives MinIO (by role, and

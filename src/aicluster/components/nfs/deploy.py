@@ -30,6 +30,7 @@ from pyinfra.facts.server import LinuxDistribution, Mounts
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from aicluster.common.mounts import FSTAB
 from aicluster.common.ops import (
     current_cluster,
     install_packages,
@@ -40,7 +41,6 @@ from aicluster.common.ops import (
 from aicluster.common.settings import os_family, template_vars
 from aicluster.components.nfs.derive import (
     EXPORTS_FILE,
-    FSTAB,
     GANESHA_CONF,
     NFS_CONF_FILE,
     client_skip_reason,

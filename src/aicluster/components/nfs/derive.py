@@ -5,17 +5,15 @@ its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansi
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from aicluster.common.mounts import mount_command
+from aicluster.common.mounts import fstab_python_regexp, fstab_regexp, mount_command
 from aicluster.common.networks import host_address, pick_network
 from aicluster.common.settings import layered
 from aicluster.components.nfs.probe import KERNEL_COMMAND
 from aicluster.inventory import NETWORK_NAMES, Cluster
 
-FSTAB = "/etc/fstab"
 EXPORTS_FILE = "/etc/exports.d/aicluster.exports"
 NFS_CONF_FILE = "/etc/nfs.conf.d/aicluster-nfs.conf"
 GANESHA_CONF = "/etc/ganesha/ganesha.conf"
@@ -196,9 +194,8 @@ def mount_list(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> lis
             "options": ",".join(options),
             # The fstab line that mounts something at the path: Python's re (Ansible)
             # and POSIX extended (pyinfra's files.line, grep -E / sed -E).
-            "regexp": rf"^[^#\s]+\s+{re.escape(path)}\s",
-            "regexp_posix": rf"^[^#[:space:]]+[[:space:]]+{path.replace('.', '[.]')}"
-                            "[[:space:]]",
+            "regexp": fstab_python_regexp(path),
+            "regexp_posix": fstab_regexp(path),
         })
     return out
 
@@ -304,12 +301,21 @@ def server_problem(host_name: str, impl: str, kernel: Mapping[str, Any]) -> str:
     return ""
 
 
-#: What a deploy takes off a host the inventory no longer gives the NFS server (by role, and
-#: the component's own key when the host loses it altogether): services stopped and
-#: disabled, configuration files the deploy wrote removed, services reloaded afterwards
-#: (aicluster.common.absence). Packages and data stay
-#: (the exported directories; a client's mounts stay: not built).
+def mounts(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> list[str]:
+    """The network mounts this host gets as a client (recorded; unmounted when it
+    leaves ``nfs_clients``, :data:`REMOVAL`)."""
+    if "nfs_clients" not in cluster.hosts[host_name].groups:
+        return []
+    return [m["path"] for m in mount_list(cluster, host_name, data)]
+
+
+#: What a deploy takes off a host the inventory no longer gives a role of NFS (and the
+#: component's own key when the host loses it altogether): services stopped and
+#: disabled, configuration files the deploy wrote removed, services reloaded afterwards,
+#: a client's mounts unmounted and their fstab lines removed (aicluster.common.absence).
+#: Packages and data stay (the exported directories, the files on the server).
 REMOVAL = {
     "nfs_server": {"services": ["nfs-ganesha", "nfs-server"],
                    "files": [EXPORTS_FILE, NFS_CONF_FILE, GANESHA_CONF]},
+    "nfs_clients": {"unmount": True},
 }

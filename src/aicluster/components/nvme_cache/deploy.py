@@ -25,6 +25,7 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 
 from aicluster.common.facts import BlockDevices
+from aicluster.common.mounts import FSTAB, fstab_regexp
 from aicluster.common.ops import (
     current_cluster,
     install_packages,
@@ -38,10 +39,8 @@ from aicluster.common.settings import os_family, template_vars
 from aicluster.components.nvme_cache.derive import (
     CACHEFILESD_CONF,
     CACHEFILESD_DEFAULT,
-    FSTAB,
     PROFILE_FILE,
     SYSTEMD_ENV_FILE,
-    fstab_regexp,
     mkfs_command,
     plan,
     raid_assemble_command,

@@ -4,7 +4,6 @@ its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansi
 
 from __future__ import annotations
 
-import re
 import shlex
 import uuid
 from collections.abc import Iterable, Mapping
@@ -18,11 +17,10 @@ from aicluster.common.disks import (
     describe,
     parse,
 )
-from aicluster.common.mounts import mount_command
+from aicluster.common.mounts import fstab_python_regexp, mount_command
 from aicluster.common.settings import layered
 from aicluster.inventory import Cluster
 
-FSTAB = "/etc/fstab"
 PROFILE_FILE = "/etc/profile.d/aicluster-nvme-cache.sh"
 SYSTEMD_ENV_FILE = "/etc/systemd/system.conf.d/90-aicluster-nvme-cache.conf"
 CACHEFILESD_CONF = "/etc/cachefilesd.conf"
@@ -85,7 +83,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "nvme_cache_mount_command": mount_command(
             path, ["xfs"], f"the NVMe cache ({', '.join(names) or 'no drive'})"),
         # The fstab line that mounts something at the path (Python's re, for Ansible).
-        "nvme_cache_fstab_regexp": rf"^[^#\s]+\s+{re.escape(path)}\s",
+        "nvme_cache_fstab_regexp": fstab_python_regexp(path),
         "nvme_cache_directory_list": directories,
         "nvme_cache_service_users": service_users(directories),
         "nvme_cache_environment": environment,
@@ -101,12 +99,6 @@ def service_users(directories: Iterable[Mapping[str, Any]]) -> list[dict[str, st
         if d["owner"] != "root" and d["owner"] not in seen:
             seen[d["owner"]] = {"name": d["owner"], "group": d["group"], "home": d["home"]}
     return list(seen.values())
-
-
-def fstab_regexp(path: str) -> str:
-    """The fstab line that mounts something at ``path``, as a POSIX extended regular
-    expression (grep -E and sed -E, for pyinfra's files.line)."""
-    return rf"^[^#[:space:]]+[[:space:]]+{path.replace('.', '[.]')}[[:space:]]"
 
 
 def validate(cluster: Cluster) -> list[str]:
