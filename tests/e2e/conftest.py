@@ -4,8 +4,8 @@ A module that needs a testbed of its own makes a fresh two-node one as a user do
 (``cli_testbed_up``), left up for the next modules. The ``test_lab*.py`` modules share
 one "lab in miniature" (the ``lab`` fixture: every component together on two nodes
 with disks, deployed once with pyinfra), made at the first of them and taken down by
-the next testbed or at the session's end; the ``test_ansible*.py`` modules share another made
-the same way (``ansible_lab``), which they deploy with Ansible. Needs root; marked
+the next testbed or at the session's end; the ``test_ansible*.py`` modules share
+another made the same way (``ansible_lab``), which they deploy with Ansible. Needs root; marked
 ``e2e`` so a developer can run the rest alone with ``-m 'not e2e'``.
 """
 
@@ -80,21 +80,29 @@ class Testbed:
         return proc.stdout
 
 
+def _clear_testbed() -> None:
+    """Before a fresh testbed: root checked, and the one left over (the lab's
+    included) taken down and forgotten."""
+    global _LAB
+    if os.geteuid() != 0:
+        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
+    from aicluster import testbed as tb
+
+    _LAB = None
+    if tb.state.load_state():
+        tb.down()
+
+
 def testbed_up(disks: tuple[tuple[str, str, str], ...] = ()) -> tuple[
         Testbed, dict[tuple[str, str], dict]]:
     """A fresh two-node testbed (one left over, the lab's included, is taken down
     first), with a STAND-IN loop disk for each ``(node, name, size)`` in *disks*.
     Returns the testbed and ``{(node, name): disk}`` (what ``testbed disk add`` made:
     its loop device and stable name). The caller takes it down."""
-    global _LAB
-    if os.geteuid() != 0:
-        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
     from aicluster import testbed as tb
     from aicluster.testbed.core import disk_add
 
-    _LAB = None
-    if tb.state.load_state():
-        tb.down()
+    _clear_testbed()
     try:
         state = tb.up(nodes=2)
         made = {(node, name): disk_add(node, name, size) for node, name, size in disks}
@@ -113,14 +121,10 @@ def cli_testbed_up(*options: str) -> Testbed:
     --nodes 2 OPTIONS...`` (one left over, the lab's included, is taken down first).
     Left up: the next testbed, tests/e2e/test_zz_teardown.py or the session's end takes
     it down."""
-    global _LAB, _KEPT
-    if os.geteuid() != 0:
-        pytest.fail("the end-to-end tests need root (the testbed runs systemd-nspawn)")
+    global _KEPT
     from aicluster import testbed as tb
 
-    _LAB = None
-    if tb.state.load_state():
-        tb.down()
+    _clear_testbed()
     _KEPT = True
     run([BIN / "aicluster", "testbed", "up", "--nodes", "2", *options], timeout=900)
     return Testbed(tb.state.load_state())

@@ -22,7 +22,14 @@ from pyinfra.facts.server import LinuxDistribution, Mounts
 from pyinfra.operations import files, server, systemd
 
 from aicluster.common import drift
-from aicluster.common.absence import RECORD, RECORD_DIR, plan, record_text, refusals
+from aicluster.common.absence import (
+    RECORD,
+    RECORD_DIR,
+    plan,
+    record_text,
+    refusals,
+    removals,
+)
 from aicluster.common.facts import (
     GlobPaths,
     KernelModulesLoaded,
@@ -409,7 +416,7 @@ def remove_absent(wanted: Mapping[str, Iterable[str]]) -> None:
     Packages and data stay. What has no removal built is named in a warning (its
     services keep running)."""
     recorded = host.get_fact(RecordedComponents) or {}
-    if not plan(recorded, wanted)["components"]:
+    if not removals(recorded, wanted):
         return
     todo = plan(recorded, wanted, host.get_fact(RecordedMounts) or {})
     gone = ", ".join(f"{c} ({'all' if w['whole'] else ', '.join(w['roles'])})"
