@@ -4,10 +4,12 @@
 #   ./scripts/test.sh            (as root; CI runs this)
 #   ./scripts/test.sh ARGS...    (plain `pytest ARGS...`, e.g. -m 'not e2e' without the
 #                                 testbed, or one file)
-# Without arguments it runs in two steps: the tests without the testbed, as one part
-# per core side by side (`--part I/N`, tests/conftest.py; each part's output printed
-# whole when it ends), then the end-to-end tests one after another (one testbed per
-# machine). Every part must run tests: pytest's exit code 5 (none collected) fails.
+# Without arguments it runs the end-to-end tests one after another (one testbed per
+# machine) and, beside them at a low CPU priority (nice 10: they take mostly the CPU
+# the testbed leaves idle), the tests without the testbed as one part per core
+# (`--part I/N`, tests/conftest.py), each part's output printed whole once the
+# end-to-end tests are done. Every part must run tests: pytest's exit code 5 (none
+# collected) fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || exit $?
@@ -33,10 +35,12 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 pids=()
 for i in $(seq 1 "$parts"); do
-    pytest -v -m "not e2e" --part "$i/$parts" > "$logs/$i" 2>&1 &
+    nice -n 10 pytest -v -m "not e2e" --part "$i/$parts" > "$logs/$i" 2>&1 &
     pids+=("$!")
 done
 status=0
+pytest -v -m e2e
+check $? "end-to-end tests" || status=1
 for i in $(seq 1 "$parts"); do
     wait "${pids[$((i - 1))]}"
     rc=$?
@@ -44,6 +48,4 @@ for i in $(seq 1 "$parts"); do
     cat "$logs/$i"
     check "$rc" "part $i of $parts" || status=1
 done
-pytest -v -m e2e
-check $? "end-to-end tests" || status=1
 exit "$status"
