@@ -60,7 +60,7 @@ def _deploy_host() -> None:
     # Before any host is changed (the first host that runs this reads every record).
     refuse_breaking_removals(_cluster)
     wanted = _cluster.hosts[host.name].roles()
-    remove_absent(wanted)
+    remove_absent(wanted, _cluster)
 
     # Every component in the one deploy order, through host.loop: pyinfra names an
     # operation by the line numbers of its call stack, which for two components' deploys

@@ -356,6 +356,10 @@ class ClusterSpec(BaseModel):
     #: pyinfra. It is off anyway on a pyinfra it was not tested with, or with
     #: AICLUSTER_ACCEL=0 in the environment.
     pyinfra_accelerator: bool = True
+    #: Components whose packages (and software installed beside the package manager)
+    #: a deploy removes from a host the inventory no longer gives them
+    #: (aicluster.common.absence); any other component's packages stay.
+    remove_packages: list[str] = []
 
     @field_validator("artifacts_dir", "artifacts_cache_dir")
     @classmethod
@@ -964,6 +968,27 @@ def _check_groups(
             f"host {first!r}: package_cache: {cspec.package_cache!r} is not a host of "
             "this inventory"
         )
+    errors += _check_remove_packages(cspec, hosts)
+    return errors
+
+
+def _check_remove_packages(cspec: ClusterSpec, hosts: Mapping[str, Host]) -> list[str]:
+    """``remove_packages`` names components whose removal uninstalls something."""
+    errors = []
+    first = next(iter(hosts), "")
+    for name in cspec.remove_packages:
+        if name not in COMPONENT_ORDER:
+            near = difflib.get_close_matches(name, COMPONENT_ORDER, n=1, cutoff=0.6)
+            hint = f"did you mean {near[0]}?" if near else (
+                f"the components are: {', '.join(COMPONENT_ORDER)}")
+            errors.append(f"host {first!r}: remove_packages: {name!r} is not a component; "
+                          f"{hint}")
+            continue
+        module = derive_module(name)
+        spec = getattr(module, "REMOVAL", None) or {}
+        if not any(e.get("packages") or e.get("software") for e in spec.values()):
+            why = getattr(module, "KEEP_PACKAGES", "its removal uninstalls nothing")
+            errors.append(f"host {first!r}: remove_packages: {name!r}: {why}")
     return errors
 
 
@@ -1267,6 +1292,7 @@ def ansible_inventory(path: str | os.PathLike, cluster: Cluster | None = None) -
         # What the deploy records on the node, and takes away when it is no longer wanted.
         hv["aicluster_components"] = cluster.hosts[name].roles()
         hv["aicluster_mounts"] = host_mounts(cluster, name)
+        hv["aicluster_remove_packages"] = list(cluster.spec.remove_packages)
         hv["ansible_host"] = str(data["ssh_hostname"])
         hv["ansible_user"] = data.get("ssh_user", "root")
         hv["ansible_port"] = data.get("ssh_port", 22)

@@ -40,6 +40,8 @@ RUNNING = {"SystemdStatus": {f"{u}.service": True for u in ("slurmd", "slurmctld
                                                "munge.service")}
 WORKER = {"base": [], "network": [], "slurm": ["slurm_workers"]}
 HEAD = {"base": [], "network": [], "slurm": ["slurm_controller", "slurm_workers"]}
+#: The cluster's data for one host alone (without what names the head host).
+ALONE = {k: v for k, v in CLUSTER.items() if v != "head"}
 DATA_DIRS = ("/var/lib/slurm", "/var/spool/slurm", "/var/log/slurm", "/var/lib/ceph")
 
 
@@ -48,7 +50,7 @@ def _absence():
     cluster = current_cluster()
     refuse_breaking_removals(cluster)
     wanted = cluster.hosts[host.name].roles()
-    remove_absent(wanted)
+    remove_absent(wanted, cluster)
     record_components(wanted)
 
 
@@ -128,15 +130,70 @@ def test_the_last_slurm_controller_is_not_removed():
         _plan({"slurm_controller": ["gpu1"], "slurm_workers": ["gpu1", "gpu2"]}, recorded)
 
 
-def _remove_only(recorded, files, loaded):
+def _remove_only(recorded, files, loaded, cluster=None, extra=None):
     """remove_absent alone on one host that is now given only base."""
-    facts = {"gpu1": {"LinuxDistribution": DISTRIBUTIONS["debian12"],
+    facts = {"gpu1": {"LinuxDistribution": DISTRIBUTIONS["debian12"], **(extra or {}),
                       "SystemdStatus": {f"{u}.service": True for u in loaded},
                       "SystemdEnabled": {f"{u}.service": True for u in loaded},
                       "UnitLoaded": lambda unit: unit.removesuffix(".service") in loaded,
                       **file_facts({p: NodeFile(b"x") for p in files}),
                       "RecordedComponents": recorded}}
-    return plan([HOSTS[1]], {}, CLUSTER, facts, lambda: remove_absent({"base": []}))
+    return plan([HOSTS[1]], {}, cluster or ALONE, facts,
+                lambda: remove_absent({"base": []}, current_cluster()))
+
+
+def test_packages_stay_unless_the_inventory_names_the_component():
+    installed = {"DebPackages": {p: ["22.05.8-4"] for p in ("slurmd", "slurm-client", "munge")},
+                 "Link": lambda path, **kw: None}
+    kept = _remove_only({"slurm": ["slurm_workers"]}, [], ["slurmd", "munge"], extra=installed)
+    assert "apt" not in _all_commands(kept, "gpu1")
+    gone = _remove_only({"slurm": ["slurm_workers"]}, [], ["slurmd", "munge"],
+                        cluster={**ALONE, "remove_packages": ["slurm"]}, extra=installed)
+    names = gone.names("gpu1")
+    removing = [n for n in names if n.startswith("Remove slurmd")]
+    assert removing and names.index(removing[0]) > names.index(
+        "Stop and disable slurmd (no longer given here)")
+    text = _all_commands(gone, "gpu1")
+    assert "apt-get" in text and "remove" in text
+    for package in ("slurmd", "slurm-client", "munge"):
+        assert package in text
+    # What is not installed is not named to apt.
+    assert "slurmdbd" not in text.split("remove", 1)[1]
+
+
+def test_software_beside_the_package_manager_goes_with_remove_packages():
+    venvs = "/opt/aicluster/ray"
+    p = _remove_only({"ray": ["ray_workers"]}, [f"{venvs}/2.60.0/venv/bin/ray"], [],
+                     cluster={**ALONE, "remove_packages": ["ray"]},
+                     extra={"Link": lambda path, **kw: None})
+    assert f"Remove {venvs} (remove_packages)" in p.changing("gpu1")
+    assert f"rm -rf {venvs}" in _all_commands(p, "gpu1")
+
+
+def test_a_ceph_osd_host_is_checked_before_its_units_stop():
+    from aicluster.components.ceph import derive as ceph_derive
+
+    unit = f"/etc/systemd/system/{ceph_derive.OSD_UNIT}"
+    p = _remove_only({"ceph": ["ceph_osds"]}, [unit, ceph_derive.OSD_TOOL],
+                     ["aicluster-ceph-osds"])
+    names = p.names("gpu1")
+    check = next(i for i, n in enumerate(names) if n.startswith("Before taking away"))
+    assert check < names.index("Stop and disable aicluster-ceph-osds (no longer given here)")
+    assert "osd ls-tree gpu1" in "\n".join(p.ops["gpu1"][check].commands)
+    assert f"Remove {unit} (no longer given here)" in p.changing("gpu1")
+
+
+def test_a_ceph_monitor_is_removed_from_the_map_once_stopped_and_before_its_keys_go():
+    from aicluster.components.ceph import derive as ceph_derive
+
+    p = _remove_only({"ceph": ["ceph_mons"]}, [ceph_derive.ADMIN_KEYRING],
+                     ["ceph-mon@gpu1", "ceph-mgr@gpu1"])
+    names = p.names("gpu1")
+    stop = names.index("Stop and disable ceph-mon@gpu1 (no longer given here)")
+    after = next(i for i, n in enumerate(names) if n.startswith("Once stopped"))
+    keys = names.index(f"Remove {ceph_derive.ADMIN_KEYRING} (no longer given here)")
+    assert stop < after < keys
+    assert "ceph --connect-timeout 30 mon remove gpu1" in "\n".join(p.ops["gpu1"][after].commands)
 
 
 def test_removed_units_reload_systemd_once_and_only_when_removed():
@@ -175,7 +232,8 @@ def _unmount_only(mounted, in_fstab):
                       "FindInFile": lambda path, pattern, **kw: [
                           line for p, line in lines.items() if path == "/etc/fstab"
                           and p in pattern.replace("[.]", ".")]}}
-    return plan([HOSTS[1]], {}, CLUSTER, facts, lambda: remove_absent({"base": []}))
+    return plan([HOSTS[1]], {}, ALONE, facts,
+                lambda: remove_absent({"base": []}, current_cluster()))
 
 
 def test_a_client_taken_out_unmounts_its_network_mounts_and_removes_their_lines():

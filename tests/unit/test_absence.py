@@ -77,16 +77,163 @@ def test_stacks_go_before_what_they_stand_on():
 
 
 def test_a_component_without_a_removal_is_named_not_guessed():
-    todo = plan({"base": [], "infiniband": []}, {"base": []})
-    assert todo["unbuilt"] == ["infiniband"] and todo["services"] == []
+    # base and network are on every host; a record could still lack them now.
+    todo = plan({"base": [], "network": []}, {"base": []})
+    assert todo["unbuilt"] == ["network"] and todo["services"] == []
 
 
-def test_a_role_whose_removal_is_not_built_is_named_with_its_component():
+def test_a_role_whose_removal_is_not_built_is_named_with_its_component(monkeypatch):
+    from aicluster.components.ceph import derive as ceph_derive
+
+    monkeypatch.setattr(ceph_derive, "REMOVAL", {**ceph_derive.REMOVAL,
+                                                 "ceph_osds": {"unbuilt": True}})
     todo = plan({"base": [], "ceph": ["ceph_clients", "ceph_osds"]}, {"base": []},
-                {"ceph": ["/mnt/cephfs"]})
+                {"ceph": ["/mnt/cephfs"]}, settings_of=lambda c: {"ceph_client_name": "x"})
     assert todo["unbuilt"] == ["ceph (ceph_osds)"] and todo["services"] == []
     # ... and what is built is done: the client's mount goes.
     assert todo["unmount"] == ["/mnt/cephfs"]
+
+
+# --- every component's removal --------------------------------------------------------
+
+def _settings(component):
+    from aicluster.common.settings import layered
+
+    return layered(component, {})
+
+
+def test_every_component_but_base_and_network_has_a_removal():
+    from aicluster.common.absence import removal_spec
+    from aicluster.components import derive_module
+    from aicluster.inventory import COMPONENT_GROUPS, COMPONENT_ORDER
+
+    for component in COMPONENT_ORDER:
+        spec = removal_spec(component)
+        if derive_module(component) is None:  # not built yet (monitoring)
+            continue
+        if component in ("base", "network"):
+            assert spec is None
+            continue
+        assert spec is not None, component
+        # Each key is a role of the component or the component itself.
+        assert set(spec) <= {component, *COMPONENT_GROUPS[component]}, component
+        assert not any(e.get("unbuilt") for e in spec.values()), component
+
+
+def test_no_removal_takes_data_or_a_shared_package():
+    from aicluster.common.absence import package_names, removal_spec
+    from aicluster.inventory import COMPONENT_ORDER
+
+    shared = {"udev", "lvm2", "rpcbind", "xfsprogs", "curl", "tar", "gzip", "zstd", "mdadm",
+              "container-selinux", "systemd", "python3", "mariadb-server", "nfs-utils"}
+    for component in COMPONENT_ORDER:
+        for key, entry in (removal_spec(component) or {}).items():
+            for path in entry.get("files", []):
+                assert not path.startswith(("/var/lib/ceph/osd", "/srv", "/mnt", "/data")), path
+                assert not path.startswith("/var/lib") or path.endswith("keyring"), path
+            for family in ("Debian", "RedHat"):
+                names = package_names(component, entry.get("packages", []), family)
+                # RedHat's NFS client package is the server's too (removed with nfs only).
+                if (component, key) == ("nfs", "nfs"):
+                    names = [n for n in names if n != "nfs-utils"]
+                assert not set(names) & shared, (component, key, family, names)
+
+
+def test_a_package_variable_a_removal_names_exists_on_every_family():
+    from aicluster.common.absence import removal_spec
+    from aicluster.inventory import COMPONENT_ORDER
+    from aicluster.render import os_vars
+
+    for component in COMPONENT_ORDER:
+        for entry in (removal_spec(component) or {}).values():
+            for name in entry.get("packages", []):
+                if "_" in name:
+                    for family in ("Debian", "RedHat"):
+                        assert name in os_vars(component, family), (component, name, family)
+
+
+def test_packages_go_only_for_the_components_remove_packages_names():
+    kept = plan(WORKER, {"base": []}, family="Debian")
+    assert kept["packages"] == [] and kept["software"] == [] and not kept["packages_wanted"]
+    gone = plan(WORKER, {"base": []}, remove_packages=["slurm"], family="Debian")
+    assert gone["packages"] == ["slurmd", "slurmctld", "slurmdbd", "slurm-client", "munge"]
+    rocky = plan(WORKER, {"base": []}, remove_packages=["slurm"], family="RedHat")
+    assert "munge" in rocky["packages"] and "slurmd" not in rocky["packages"]
+    # Before the family is known: only whether any package is to go.
+    unknown = plan(WORKER, {"base": []}, remove_packages=["slurm"])
+    assert unknown["packages"] == [] and unknown["packages_wanted"]
+    # A worker that stays a controller: slurmd only.
+    assert plan(CTL, {"slurm": ["slurm_controller"]}, remove_packages=["slurm"],
+                family="Debian")["packages"] == ["slurmd"]
+
+
+def test_software_paths_follow_the_hosts_settings():
+    ray = plan({"ray": ["ray_workers"]}, {}, remove_packages=["ray"],
+               settings_of=lambda c: {"ray_install_dir": "/srv/ray"})
+    assert ray["software"] == ["/srv/ray"]
+    minio = plan({"minio": ["minio"]}, {}, remove_packages=["minio"], settings_of=_settings)
+    assert minio["software"] == ["/usr/local/bin/minio", "/usr/local/bin/mc"]
+    assert plan({"minio": ["minio"]}, {}, remove_packages=["minio"]) == minio
+
+
+def test_a_ceph_monitor_leaves_the_monitor_map_after_it_stops():
+    todo = plan({"ceph": ["ceph_mons", "ceph_osds"]}, {"ceph": ["ceph_osds"]}, host="m2",
+                settings_of=_settings)
+    assert todo["services"] == ["ceph-mon@m2", "ceph-mgr@m2"]
+    assert todo["after"] and "mon remove m2" in todo["after"][0]
+    assert "{host}" not in todo["after"][0] and todo["commands"] == []
+    assert "/etc/ceph/ceph.client.admin.keyring" in todo["files"]
+    assert "/var/lib/ceph/mgr/ceph-m2/keyring" in todo["files"]
+
+
+def test_a_ceph_osd_host_is_checked_before_anything_is_taken_away():
+    todo = plan({"ceph": ["ceph_osds"]}, {"base": []}, host="o1", settings_of=_settings)
+    assert len(todo["commands"]) == 1 and "osd ls-tree o1" in todo["commands"][0]
+    assert todo["services"] == ["aicluster-ceph-osds"]
+    assert "/etc/ceph/ceph.conf" in todo["files"]
+
+
+def test_the_osd_check_refuses_while_the_cluster_maps_an_osd_there(tmp_path):
+    """The check's shell, run with a stand-in ``ceph`` on PATH (not Ceph): OSDs still
+    mapped there fail it, saying what to do; none (or no host bucket) pass it."""
+    import os
+    import subprocess
+
+    from aicluster.components.ceph import derive as ceph_derive
+
+    keyring = tmp_path / "bootstrap.keyring"
+    keyring.write_text("x\n")
+    script = ceph_derive.OSD_REMOVAL_CHECK.replace("{host}", "o1").replace(
+        ceph_derive.BOOTSTRAP_OSD_KEYRING, str(keyring))
+    script = script.replace("systemctl stop", "echo stopping")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+
+    def run(answer, rc):
+        ceph = bin_dir / "ceph"
+        ceph.write_text(f"#!/bin/sh\necho '{answer}'\nexit {rc}\n")
+        ceph.chmod(0o755)
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        return subprocess.run(["sh", "-c", script], env=env, capture_output=True,
+                              text=True, timeout=30)
+
+    mapped = run("3\n7", 0)
+    assert mapped.returncode == 1 and "OSDs (3 7)" in mapped.stderr
+    assert "ceph osd safe-to-destroy 3 7" in mapped.stderr and "stopping" not in mapped.stdout
+    assert run("", 0).returncode == 0
+    gone = run("Error ENOENT: node 'o1' does not exist", 2)
+    assert gone.returncode == 0 and "stopping" in gone.stdout
+    unreachable = run("error connecting to the cluster", 1)
+    assert unreachable.returncode == 1 and "cannot read the OSDs of o1" in unreachable.stderr
+
+
+def test_nvme_cache_nvidia_and_infiniband_have_their_removals():
+    cache = plan({"nvme_cache": []}, {"base": []}, {"nvme_cache": ["/mnt/nvme-cache"]})
+    assert cache["unmount"] == ["/mnt/nvme-cache"] and cache["services"] == ["cachefilesd"]
+    gpu = plan({"nvidia": []}, {"base": []})
+    assert "nvidia-persistenced" in gpu["services"] and gpu["unbuilt"] == []
+    ib = plan({"infiniband": []}, {"base": []})
+    assert ib["services"] == ["opensm"] and "networkctl reload" in ib["after"][0]
 
 
 # --- network mounts ---------------------------------------------------------------------
@@ -191,6 +338,20 @@ def test_a_ceph_monitor_quorum_is_kept(mons, kept, refused):
         assert "fewer than a majority" in problems[0] and f"{kept} of the {mons}" in problems[0]
 
 
+def test_the_last_osds_and_the_last_mds_of_a_ceph_that_stays_are_refused():
+    recorded = {"a": {"ceph": ["ceph_mons", "ceph_osds", "ceph_mds", "ceph_clients"]},
+                "b": {"ceph": ["ceph_clients"]}}
+    wanted = {"a": {"ceph": ["ceph_mons", "ceph_clients"]}, "b": {"ceph": ["ceph_clients"]}}
+    problems = refusals(recorded, wanted)
+    assert len(problems) == 2
+    assert "the OSDs from a" in problems[0] and "the CephFS metadata server" in problems[1]
+    # Another host takes them: allowed; no client left: the MDS may go.
+    moved = {"a": {"ceph": ["ceph_mons"]}, "b": {"ceph": ["ceph_osds", "ceph_mds"]}}
+    assert refusals(recorded, moved) == []
+    no_clients = {"a": {"ceph": ["ceph_mons", "ceph_osds"]}, "b": {}}
+    assert refusals(recorded, no_clients) == []
+
+
 def test_hosts_without_a_record_had_nothing():
     assert refusals({"a": {}, "b": {}}, {"a": {"base": []}, "b": CTL}) == []
 
@@ -245,8 +406,11 @@ def test_the_role_tasks_use_the_filters_and_keep_packages():
     refuse = next(t for t in tasks if t["name"].startswith("Refuse"))
     assert refuse["run_once"] is True
     modules = {k for t in tasks for k in t if k.startswith("ansible.")}
-    assert not modules & {"ansible.builtin.apt", "ansible.builtin.dnf",
-                          "ansible.builtin.package"}
+    assert not modules & {"ansible.builtin.apt", "ansible.builtin.dnf"}
+    # Packages go only as the plan says (remove_packages).
+    remove = next(t for t in tasks if "ansible.builtin.package" in t)
+    assert remove["ansible.builtin.package"]["state"] == "absent"
+    assert remove["when"] == "base_absence.packages | length > 0"
     stop = next(t for t in tasks if t["name"].startswith("Stop and disable"))
     assert stop["ansible.builtin.systemd_service"] == {
         "name": "{{ item }}", "state": "stopped", "enabled": False}

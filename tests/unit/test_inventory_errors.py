@@ -1028,6 +1028,25 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "pool models (pg_num 512, size 1) brings the cluster to 512 placement group "
         "replicas, more than mon_max_pg_per_osd 250 x 1 OSDs = 250; Ceph refuses",
     ),
+    # -- remove_packages names components whose removal uninstalls something --------
+    (
+        "remove-packages-typo",
+        [("all.remove_packages", ["slrum"])],
+        "n1", "remove_packages",
+        "'slrum' is not a component; did you mean slurm?",
+    ),
+    (
+        "remove-packages-nvidia",
+        [("all.remove_packages", ["nvidia"])],
+        "n1", "remove_packages",
+        "'nvidia': the NVIDIA driver's packages are held and its kernel modules in use",
+    ),
+    (
+        "remove-packages-base",
+        [("all.remove_packages", ["base"])],
+        "n1", "remove_packages",
+        "'base': its removal uninstalls nothing",
+    ),
 ]
 # fmt: on
 
@@ -1181,6 +1200,7 @@ GOOD: list[tuple[str, list[tuple[str, Any]]]] = [
     ("sysctl-null-drops-default", [("all.base_sysctl", {"net.core.somaxconn": None})]),
     ("chrony-server-in-inventory", [("all.base_chrony_server_host", "n1")]),
     ("package-cache-in-inventory", [("all.package_cache", "n1")]),
+    ("remove-packages", [("all.remove_packages", ["slurm", "ray", "ceph", "nfs"])]),
     ("package-proxy-url", [("all.package_proxy", "http://192.0.2.254:3142")]),
     ("network-bond-and-vlan", [("n1.hardware.nics[0].address", None),
                                ("n1.network_bonds", [{"name": "bond0", "members": ["eth1"],

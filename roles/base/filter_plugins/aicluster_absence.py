@@ -15,12 +15,19 @@ from aicluster.common.absence import (
     refusals,
 )
 from aicluster.common.mounts import fstab_python_regexp
+from aicluster.common.settings import layered
 
 
-def absence_plan(slurped: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> dict:
-    """What this host no longer runs (services, files, reload, unmount, unbuilt,
-    components), from its slurped record and the inventory's ``aicluster_components``."""
-    return plan(parse_slurped(slurped), wanted or {}, parse_slurped_mounts(slurped))
+def absence_plan(slurped: Mapping[str, Any] | None, wanted: Mapping[str, Any],
+                 host: str = "", remove_packages: Iterable[str] = (),
+                 family: str | None = None, data: Mapping[str, Any] | None = None) -> dict:
+    """What this host no longer runs (commands, services, after, files, reload, unmount,
+    unbuilt, packages, software, components), from its slurped record, the inventory's
+    ``aicluster_components`` and ``aicluster_remove_packages``, the host's name, its OS
+    family (packages are named once it is known) and its variables (*data*)."""
+    return plan(parse_slurped(slurped), wanted or {}, parse_slurped_mounts(slurped),
+                host=host, remove_packages=remove_packages or (), family=family,
+                settings_of=lambda component: layered(component, data or {}))
 
 
 def absence_refusals(play_hosts: Iterable[str], hostvars: Any,

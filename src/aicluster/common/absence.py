@@ -5,12 +5,13 @@ Each deploy ends by writing, on the node, :data:`RECORD` with the components the
 inventory gave it and the roles (inventory groups) it holds in each, e.g.
 ``{"components": {"base": [], "slurm": ["slurm_controller", "slurm_workers"]}}``. The
 next deploy reads it back (pyinfra: the ``RecordedComponents`` fact; Ansible: slurp)
-and, for what was recorded but is no longer wanted, stops and disables the
-services, removes the configuration and unmounts the network mounts (recorded with
-the components) a component's ``derive.REMOVAL`` names.
-Packages and data (disks, pools, buckets, exported directories, state directories)
-are never removed. A removal that would break the cluster (each component's
-``derive.removal_refusals``) stops the whole run before any host is changed.
+and, for what was recorded but is no longer wanted, runs the checks and commands,
+stops and disables the services, removes the configuration and unmounts the mounts
+(recorded with the components) a component's ``derive.REMOVAL`` names. Packages stay
+unless the inventory's ``remove_packages`` names the component; data (disks, pools,
+buckets, exported directories, state directories) is never removed. A removal that
+would break the cluster (each component's ``derive.removal_refusals``) stops the whole
+run before any host is changed.
 
 Both engines call the functions below, so they decide alike.
 """
@@ -20,10 +21,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aicluster.components import derive_module
+from aicluster.render import defaults, os_vars
 
 #: The record each deploy writes on every node (the same file from both engines).
 RECORD = "/etc/aicluster/components"
@@ -134,28 +136,39 @@ def removal_spec(component: str) -> Mapping[str, Mapping[str, list[str]]] | None
 
 
 #: The kinds of step a component's ``derive.REMOVAL`` lists, per role (or the
-#: component's own name, for taking it off altogether). Besides these, a role's entry
-#: may say ``"unmount": True`` (the network mounts the component recorded on the host
-#: are unmounted and their fstab lines removed) or ``"unbuilt": True`` (its removal is
-#: not built: the deploy names it in a warning and its services keep running).
-KINDS = ("services", "files", "reload")
+#: component's own name, for taking it off altogether), in the order they run:
+#: ``commands`` (shell, before anything stops: a check that fails the host before
+#: anything is taken away, or a step the services' stop does not do), ``services``
+#: (stopped and disabled), ``after`` (shell, once those services are stopped),
+#: ``files`` (removed), ``reload`` (services reloaded when a file was removed). ``{host}``
+#: in any of them is the host's name. Besides these, an entry may say
+#: ``"unmount": True`` (the mounts the component recorded on the host are unmounted
+#: and their fstab lines removed), ``"unbuilt": True`` (its removal is not built: the
+#: deploy names it in a warning and its services keep running), ``"packages"`` (names
+#: of the component's OS variables, ``roles/<component>/vars/<family>.yml``, whose
+#: packages are removed when the inventory's ``remove_packages`` names the component)
+#: and ``"software"`` (paths of what the component installs outside the package
+#: manager, removed with its packages).
+KINDS = ("commands", "services", "after", "files", "reload")
 
 
-def steps(component: str, roles: Iterable[str], whole: bool) -> dict[str, Any] | None:
-    """The services to stop and disable, the files to remove and the services to reload
-    afterwards, for taking *roles* (and, when *whole*, the component itself) off a host;
-    ``unmount`` (whether its recorded mounts go) and ``unbuilt`` (the roles whose
-    removal is not built). None when the component declares no removal."""
+def steps(component: str, roles: Iterable[str], whole: bool,
+          host: str = "") -> dict[str, Any] | None:
+    """The steps of each kind (:data:`KINDS`) for taking *roles* (and, when *whole*, the
+    component itself) off *host*; ``unmount`` (whether its recorded mounts go),
+    ``unbuilt`` (the roles whose removal is not built), ``packages`` (OS variable
+    names) and ``software`` (paths). None when the component declares no removal."""
     spec = removal_spec(component)
     if spec is None:
         return None
     keys = [*roles, *([component] if whole else [])]
-    out: dict[str, Any] = {kind: [] for kind in KINDS}
+    out: dict[str, Any] = {kind: [] for kind in (*KINDS, "packages", "software")}
     out["unmount"], out["unbuilt"] = False, []
     for key in keys:
         entry = spec.get(key, {})
-        for kind in KINDS:
+        for kind in (*KINDS, "packages", "software"):
             for item in entry.get(kind, []):
+                item = item.replace("{host}", host)
                 if item not in out[kind]:
                     out[kind].append(item)
         out["unmount"] = out["unmount"] or bool(entry.get("unmount"))
@@ -164,16 +177,45 @@ def steps(component: str, roles: Iterable[str], whole: bool) -> dict[str, Any] |
     return out
 
 
+def package_names(component: str, variables: Iterable[str], family: str) -> list[str]:
+    """The packages the component's OS *variables* name on *family* (a variable may
+    hold one name or a list; a name that is no variable there is a package name)."""
+    found = os_vars(component, family)
+    out: list[str] = []
+    for name in variables:
+        value = found.get(name, [] if "_" in name else name) or []
+        for package in [value] if isinstance(value, str) else value:
+            if package not in out:
+                out.append(str(package))
+    return out
+
+
 def plan(recorded: Roles, wanted: Roles,
-         mounts: Mapping[str, Iterable[str]] | None = None) -> dict[str, Any]:
+         mounts: Mapping[str, Iterable[str]] | None = None, *, host: str = "",
+         remove_packages: Iterable[str] = (), family: str | None = None,
+         settings_of: Callable[[str], Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Every step for one host (what :func:`steps` gives, over :func:`removals`):
-    ``unmount``, the recorded network mounts (*mounts*, component -> mount points)
-    to unmount, and ``unbuilt``: what was taken away but whose removal is not built,
-    a component or ``component (role, ...)`` (its services stay)."""
+    ``unmount``, the recorded mounts (*mounts*, component -> mount points) to
+    unmount; ``unbuilt``, what was taken away but whose removal is not built, a
+    component or ``component (role, ...)`` (its services stay); ``packages`` and
+    ``software``, what is uninstalled, for the components *remove_packages* names
+    (packages on *family*, when known; ``packages_wanted`` says whether any is).
+    A ``{setting}`` in a file's or software's path is the component's setting on the
+    host, ``settings_of(component)`` (default: the component's defaults)."""
     out: dict[str, Any] = {**{kind: [] for kind in KINDS}, "unmount": [], "unbuilt": [],
+                           "packages": [], "software": [], "packages_wanted": False,
                            "components": {}}
+    uninstall = set(remove_packages)
+
+    def add(kind: str, items: Iterable[str], component: str) -> None:
+        for item in items:
+            if kind in ("files", "software") and "{" in item:
+                item = item.format_map((settings_of or defaults)(component))
+            if item not in out[kind]:
+                out[kind].append(item)
+
     for component, what in removals(recorded, wanted).items():
-        found = steps(component, what["roles"], what["whole"])
+        found = steps(component, what["roles"], what["whole"], host)
         out["components"][component] = what
         if found is None:
             out["unbuilt"].append(component)
@@ -181,11 +223,17 @@ def plan(recorded: Roles, wanted: Roles,
         if found["unbuilt"]:
             out["unbuilt"].append(f"{component} ({', '.join(found['unbuilt'])})")
         for kind in KINDS:
-            out[kind] += [i for i in found[kind] if i not in out[kind]]
+            add(kind, found[kind], component)
         if found["unmount"]:
-            out["unmount"] += [p for p in (mounts or {}).get(component, ())
-                               if p not in out["unmount"]]
+            add("unmount", (mounts or {}).get(component, ()), component)
+        if component in uninstall:
+            out["packages_wanted"] = out["packages_wanted"] or bool(found["packages"])
+            add("software", found["software"], component)
+            if family is not None:
+                add("packages", package_names(component, found["packages"], family),
+                    component)
     return out
+
 
 
 def refusals(recorded: Mapping[str, Roles], wanted: Mapping[str, Roles]) -> list[str]:

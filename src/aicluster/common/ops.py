@@ -17,7 +17,7 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.context import ctx_state
-from pyinfra.facts.files import Sha1File
+from pyinfra.facts.files import Directory, Link, Sha1File
 from pyinfra.facts.server import LinuxDistribution, Mounts
 from pyinfra.operations import files, server, systemd
 
@@ -49,7 +49,7 @@ from aicluster.common.netconf import (
     rollback_commands,
     sha1_text,
 )
-from aicluster.common.settings import NETWORK_ARGS, os_family, template_vars
+from aicluster.common.settings import NETWORK_ARGS, layered, os_family, template_vars
 from aicluster.inventory import Cluster
 from aicluster.render import render
 
@@ -408,23 +408,39 @@ def modules_loaded(modules: list[str]):
             yield f"modprobe {shlex.quote(module)}"
 
 
-def remove_absent(wanted: Mapping[str, Iterable[str]]) -> None:
+def remove_absent(wanted: Mapping[str, Iterable[str]], cluster: Cluster) -> None:
     """Take off this host what its record says it ran and *wanted* (the inventory's
-    component -> roles for it now) no longer gives it: each component's
-    ``derive.REMOVAL`` services stopped and disabled, its recorded network mounts
-    unmounted and their fstab lines removed, its files removed, units reloaded.
-    Packages and data stay. What has no removal built is named in a warning (its
-    services keep running)."""
+    component -> roles for it now) no longer gives it, in this order: each component's
+    ``derive.REMOVAL`` checks and commands run (one that fails stops the host before
+    anything is taken away), services stopped and disabled, the commands for after
+    them, its recorded mounts unmounted and their fstab lines removed, its files
+    removed, units reloaded; then, for the components the inventory's
+    ``remove_packages`` names, their packages and software removed. Data stays. What
+    has no removal built is named in a warning (its services keep running)."""
     recorded = host.get_fact(RecordedComponents) or {}
     if not removals(recorded, wanted):
         return
-    todo = plan(recorded, wanted, host.get_fact(RecordedMounts) or {})
+    uninstall = list(cluster.spec.remove_packages)
+    data = cluster.hosts[host.name].data
+    family = os_family(host.get_fact(LinuxDistribution)) if uninstall else None
+    todo = plan(recorded, wanted, host.get_fact(RecordedMounts) or {}, host=host.name,
+                remove_packages=uninstall, family=family,
+                settings_of=lambda component: layered(component, data))
     gone = ", ".join(f"{c} ({'all' if w['whole'] else ', '.join(w['roles'])})"
                      for c, w in todo["components"].items())
     logger.info(f"{host.print_prefix}no longer given here: {gone}")
     for component in todo["unbuilt"]:
         logger.warning(f"{host.print_prefix}{component} is no longer given to this host, but "
                        "its removal is not built: its services keep running")
+    for command in todo["commands"]:
+        server.shell(name=f"Before taking away what is no longer given here: "
+                          f"{command.splitlines()[0]}", commands=[command])
+    for service in todo["services"]:
+        if host.get_fact(UnitLoaded, unit=f"{service}.service"):
+            systemd.service(name=f"Stop and disable {service} (no longer given here)",
+                            service=service, running=False, enabled=False)
+    for command in todo["after"]:
+        server.shell(name=f"Once stopped: {command.splitlines()[0]}", commands=[command])
     mounted = (host.get_fact(Mounts) or {}) if todo["unmount"] else {}
     for path in todo["unmount"]:
         if path in mounted:
@@ -432,10 +448,6 @@ def remove_absent(wanted: Mapping[str, Iterable[str]]) -> None:
                          commands=[f"umount {shlex.quote(path)}"])
         files.line(name=f"Remove {path} from fstab (no longer given here)", path=FSTAB,
                    line=fstab_regexp(path), present=False, extended_regex=True)
-    for service in todo["services"]:
-        if host.get_fact(UnitLoaded, unit=f"{service}.service"):
-            systemd.service(name=f"Stop and disable {service} (no longer given here)",
-                            service=service, running=False, enabled=False)
     removed = [(path, files.file(name=f"Remove {path} (no longer given here)", path=path,
                                  present=False))
                for path in todo["files"]]
@@ -448,6 +460,26 @@ def remove_absent(wanted: Mapping[str, Iterable[str]]) -> None:
             systemd.service(name=f"Reload {service} (its configuration for this host removed)",
                             service=service, reloaded=True,
                             _if=lambda: any(op.did_change() for _, op in removed))
+    if todo["packages"]:
+        _remove_packages(todo["packages"], family)
+    for path in todo["software"]:
+        if host.get_fact(Link, path=path):
+            files.link(name=f"Remove {path} (remove_packages)", path=path, present=False)
+        elif host.get_fact(Directory, path=path):
+            files.directory(name=f"Remove {path} (remove_packages)", path=path, present=False)
+        else:
+            files.file(name=f"Remove {path} (remove_packages)", path=path, present=False)
+
+
+def _remove_packages(packages: list[str], family: str | None) -> None:
+    """Remove the packages of what this host no longer runs (remove_packages)."""
+    from pyinfra.operations import apt, dnf
+
+    name = f"Remove {', '.join(packages)} (remove_packages)"
+    if family == "Debian":
+        apt.packages(name=name, packages=packages, present=False)
+    else:
+        dnf.packages(name=name, packages=packages, present=False)
 
 
 def record_components(wanted: Mapping[str, Iterable[str]],

@@ -755,31 +755,101 @@ def cluster_key_commands(v: Mapping[str, Any], decided: Mapping[str, Any]) -> li
     return out
 
 
-#: What a deploy takes off a host that leaves ``ceph_clients`` (aicluster.common.absence):
-#: its CephFS mount, unmounted and its fstab line removed (the files stay on the
-#: cluster). The daemons' removal (``ceph mon remove``, OSDs drained out) is not built:
-#: a host that leaves ``ceph_mons``, ``ceph_osds`` or ``ceph_mds`` keeps its daemons
-#: running, and the deploy says so.
+#: A host leaving ``ceph_osds``: nothing is taken away while the cluster still maps an
+#: OSD on it (read with the bootstrap-osd key, which may read the OSD map). Moving an
+#: OSD's data away takes hours and is the operator's (the message says how); once its
+#: OSDs are purged, the OSD units are stopped and their configuration removed. The key
+#: gone means an earlier run passed this check.
+OSD_REMOVAL_CHECK = f"""K={BOOTSTRAP_OSD_KEYRING}
+if [ -e "$K" ]; then
+    if ! ids=$(timeout 120 ceph --connect-timeout 30 -n client.bootstrap-osd -k "$K" \
+            osd ls-tree {{host}} 2>&1); then
+        case "$ids" in
+        *ENOENT*) ids= ;;
+        *) echo "aicluster: cannot read the OSDs of {{host}}: $ids" >&2; exit 1 ;;
+        esac
+    fi
+    if [ -n "$ids" ]; then
+        ids=$(echo $ids)
+        echo "aicluster: {{host}} leaves ceph_osds, but the cluster still has its OSDs" \
+            "($ids), and the deploy does not move their data: nothing is changed." \
+            "On a monitor: ceph osd out $ids; wait until ceph osd safe-to-destroy $ids" \
+            "says they are safe; ceph osd purge ID --yes-i-really-mean-it for each;" \
+            "then deploy again, which stops the OSD units and removes their" \
+            "configuration (the disks are left as they are)." >&2
+        exit 1
+    fi
+fi
+systemctl stop 'ceph-osd@*.service'"""
+#: A monitor that was stopped (a host leaving ``ceph_mons``) leaves the monitor map,
+#: through the quorum of the others (the admin key is still on the host).
+MON_REMOVAL = r"""if ! out=$(timeout 120 ceph --connect-timeout 30 mon dump 2>&1); then
+    echo "aicluster: cannot read the monitor map to remove mon.{host}: $out" >&2
+    exit 1
+fi
+if printf '%s\n' "$out" | grep -q ' mon\.{host}$'; then
+    timeout 120 ceph --connect-timeout 30 mon remove {host}
+fi"""
+
+#: What a deploy takes off a host that leaves a Ceph role (aicluster.common.absence):
+#: a client's CephFS mount (unmounted, its fstab line removed: the files stay on the
+#: cluster) and keyring; a monitor's and manager's daemons, the monitor taken out of the
+#: monitor map, their keys; an MDS's daemon and key; an OSD host's units and
+#: configuration, once the operator has moved its data off and purged its OSDs
+#: (:data:`OSD_REMOVAL_CHECK`). The data (disks, the monitor's store, pools, files)
+#: stays; the packages too, unless the inventory's remove_packages names ceph.
 REMOVAL = {
-    "ceph_clients": {"unmount": True},
-    "ceph_mons": {"unbuilt": True},
-    "ceph_osds": {"unbuilt": True},
-    "ceph_mds": {"unbuilt": True},
+    "ceph_clients": {"unmount": True,
+                     "files": ["/etc/ceph/ceph.client.{ceph_client_name}.keyring",
+                               "/etc/ceph/ceph.client.{ceph_client_name}.secret"],
+                     "packages": ["ceph_fuse_packages"]},
+    "ceph_mons": {"services": ["ceph-mon@{host}", "ceph-mgr@{host}"],
+                  "after": [MON_REMOVAL],
+                  "files": [ADMIN_KEYRING, MON_KEYRING, AUTH_KEYRING,
+                            "/var/lib/ceph/mgr/ceph-{host}/keyring"],
+                  "packages": ["ceph_mon_packages"]},
+    "ceph_osds": {"commands": [OSD_REMOVAL_CHECK],
+                  "services": [OSD_UNIT.removesuffix(".service")],
+                  "files": [f"/etc/systemd/system/{OSD_UNIT}", OSD_TOOL, OSD_DEVICES_FILE,
+                            BOOTSTRAP_OSD_KEYRING],
+                  "packages": ["ceph-osd", "ceph-volume"]},
+    "ceph_mds": {"services": ["ceph-mds@{host}"],
+                 "files": ["/var/lib/ceph/mds/ceph-{host}/keyring"],
+                 "packages": ["ceph_mds_packages"]},
+    "ceph": {"files": [CONF], "packages": ["ceph_common_packages"]},
 }
+
+
+def _role_stays(recorded, wanted, role: str, what: str, why: str) -> list[str]:
+    """A refusal when every host that had *role* loses it and no host takes it."""
+    before = sorted(h for h, roles in recorded.items() if role in (roles.get("ceph") or ()))
+    if not before or any(role in (roles.get("ceph") or ()) for roles in wanted.values()):
+        return []
+    return [f"refusing to remove {what} from {', '.join(before)}: no host would have "
+            f"{role} while Ceph stays in the cluster, and {why}. Give {role} to another "
+            f"host first, or take ceph off every host."]
 
 
 def removal_refusals(recorded, wanted) -> list[str]:
     """A Ceph monitor quorum is kept: of the monitors the nodes recorded, a majority
     must stay monitors (fewer, and the cluster stops answering until the ones taken
-    away come back)."""
-    before = [h for h, roles in recorded.items() if "ceph_mons" in (roles.get("ceph") or ())]
-    if not before or not any("ceph" in roles for roles in wanted.values()):
+    away come back). While Ceph stays, so do some of its OSDs (the pools are on them)
+    and, while hosts mount CephFS, a metadata server."""
+    if not any("ceph" in roles for roles in wanted.values()):
         return []
+    out = _role_stays(recorded, wanted, "ceph_osds", "the OSDs",
+                      "the pools' data is on them")
+    if any("ceph_clients" in (roles.get("ceph") or ()) for roles in wanted.values()):
+        out += _role_stays(recorded, wanted, "ceph_mds", "the CephFS metadata server",
+                           "hosts still mount CephFS")
+    before = [h for h, roles in recorded.items() if "ceph_mons" in (roles.get("ceph") or ())]
+    if not before:
+        return out
     kept = [h for h in before if "ceph_mons" in (wanted.get(h, {}).get("ceph") or ())]
     if len(kept) > len(before) // 2:
-        return []
+        return out
     gone = sorted(set(before) - set(kept))
-    return [
+    return out + [
         f"refusing to remove the Ceph monitor from {', '.join(gone)}: {len(kept)} of the "
         f"{len(before)} recorded monitors ({', '.join(sorted(before))}) would stay, fewer "
         f"than a majority, and the cluster would lose its quorum. Take monitors away one "

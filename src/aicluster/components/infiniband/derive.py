@@ -150,3 +150,27 @@ def ipoib_glob(renderer_name: str) -> str:
         return f"{netconf.NETWORKD_DIR}/{IPOIB_PREFIX}*"
     return f"{netconf.NM_DIR}/{IPOIB_PREFIX}*.nmconnection"
 
+
+
+#: Once the IPoIB interfaces' files are gone, the network services read their files
+#: again (the interfaces are no longer theirs; their addresses go with the next
+#: reconfiguration or boot). Netplan's files become networkd's through netplan generate.
+IPOIB_REMOVAL = (
+    f"rm -f {IPOIB_NETPLAN_FILE} {netconf.NETWORKD_DIR}/{IPOIB_PREFIX}* "
+    f"{netconf.NM_DIR}/{IPOIB_PREFIX}*.nmconnection\n"
+    "if command -v netplan >/dev/null 2>&1; then netplan generate; fi\n"
+    "if systemctl -q is-active systemd-networkd; then networkctl reload; fi\n"
+    "if systemctl -q is-active NetworkManager; then nmcli connection reload; fi"
+)
+
+#: What a deploy takes off a host the inventory no longer gives InfiniBand
+#: (aicluster.common.absence): opensm stopped and disabled, its configuration and the
+#: IPoIB interfaces' files and module list removed. The RDMA packages stay, unless the
+#: inventory's remove_packages names infiniband.
+REMOVAL = {
+    "infiniband": {"services": ["opensm"],
+                   "after": [IPOIB_REMOVAL],
+                   "files": [IPOIB_MODULES_FILE, "/etc/opensm/opensm.conf",
+                             "/etc/rdma/opensm.conf"],
+                   "packages": ["infiniband_packages", "infiniband_opensm_package"]},
+}

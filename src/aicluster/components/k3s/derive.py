@@ -348,14 +348,15 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
 #: What a deploy takes off a host the inventory no longer gives a k3s role (by role, and
 #: the component's own key when the host loses it altogether): services stopped and
 #: disabled, configuration files the deploy wrote removed, services reloaded afterwards
-#: (aicluster.common.absence). Packages and data stay
-#: (/var/lib/rancher: the datastore, images, volumes).
+#: (aicluster.common.absence). Data stays (/var/lib/rancher: the datastore, images,
+#: volumes); the k3s binary too, unless the inventory's remove_packages names k3s.
 REMOVAL = {
     "k3s_servers": {"services": ["k3s"], "files": [f"{UNIT_DIR}/k3s.service"]},
     "k3s_agents": {"services": ["k3s-agent"], "files": [f"{UNIT_DIR}/k3s-agent.service"]},
     "k3s": {"services": ["k3s", "k3s-agent"],
             "files": [f"{UNIT_DIR}/k3s.service", f"{UNIT_DIR}/k3s-agent.service", CONFIG_FILE,
-                      TOKEN_FILE, TOOL]},
+                      TOKEN_FILE, TOOL],
+            "software": [BINARY, STAGED_BINARY]},
 }
 
 

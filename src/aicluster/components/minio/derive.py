@@ -699,8 +699,10 @@ def mkfs_command(device: str, label: str, fs_uuid_: str) -> str:
 #: What a deploy takes off a host the inventory no longer gives MinIO (by role, and
 #: the component's own key when the host loses it altogether): services stopped and
 #: disabled, configuration files the deploy wrote removed, services reloaded afterwards
-#: (aicluster.common.absence). Packages and data stay
-#: (the drives, their mounts and fstab lines, the buckets).
+#: (aicluster.common.absence). Data stays (the drives, their mounts and fstab lines, the
+#: buckets); the minio and mc binaries too, unless the inventory's remove_packages
+#: names minio.
 REMOVAL = {
-    "minio": {"services": ["minio"], "files": [UNIT, ENV_FILE]},
+    "minio": {"services": ["minio"], "files": [UNIT, ENV_FILE],
+              "software": ["{minio_binary}", "{minio_mc_binary}"]},
 }

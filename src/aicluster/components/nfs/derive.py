@@ -313,9 +313,14 @@ def mounts(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> list[st
 #: component's own key when the host loses it altogether): services stopped and
 #: disabled, configuration files the deploy wrote removed, services reloaded afterwards,
 #: a client's mounts unmounted and their fstab lines removed (aicluster.common.absence).
-#: Packages and data stay (the exported directories, the files on the server).
+#: Data stays (the exported directories, the files on the server); the packages too,
+#: unless the inventory's remove_packages names nfs (then the server's NFS packages go
+#: with the server role (Debian: nfs-kernel-server; RedHat has one package for both),
+#: the client's with the component).
 REMOVAL = {
     "nfs_server": {"services": ["nfs-ganesha", "nfs-server"],
-                   "files": [EXPORTS_FILE, NFS_CONF_FILE, GANESHA_CONF]},
+                   "files": [EXPORTS_FILE, NFS_CONF_FILE, GANESHA_CONF],
+                   "packages": ["nfs-kernel-server", "nfs-ganesha", "nfs-ganesha-vfs"]},
     "nfs_clients": {"unmount": True},
+    "nfs": {"packages": ["nfs_client_packages"]},
 }

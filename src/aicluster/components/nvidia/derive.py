@@ -325,3 +325,18 @@ def repo_location(distribution: Mapping[str, Any] | None, arch: str | None) -> l
 # ---------------------------------------------------------------------------
 
 
+# Taking the component off a host
+# ---------------------------------------------------------------------------
+
+#: What a deploy takes off a host the inventory no longer gives the NVIDIA stack
+#: (aicluster.common.absence): its daemons stopped and disabled (persistence, Fabric
+#: Manager, DCGM), the apt pin, the unattended-upgrades exclusion, the driver tool and
+#: nvidia-peermem's boot load removed. The driver stays installed and held.
+REMOVAL = {
+    "nvidia": {"services": ["nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced"],
+               "files": [APT_PIN, UNATTENDED, DRIVER_SCRIPT, PEERMEM_CONF]},
+}
+#: Why the inventory's remove_packages may not name nvidia.
+KEEP_PACKAGES = ("the NVIDIA driver's packages are held and its kernel modules in use, so "
+                 "the deploy never uninstalls them: remove them by hand, then reboot "
+                 "(docs/components/nvidia.md)")

@@ -247,3 +247,23 @@ def raid_assemble_command(v: Mapping[str, Any]) -> str:
     devices = " ".join(shlex.quote(d) for d in v["nvme_cache_device_list"])
     return f"mdadm --assemble {shlex.quote(v['nvme_cache_raid_device'])} {devices}"
 
+
+
+def mounts(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> list[str]:
+    """The cache's mount point, when the host has a cache drive (recorded; unmounted
+    when the host no longer has the component, :data:`REMOVAL`)."""
+    if not cache_devices(cluster, host_name, data):
+        return []
+    return [str(layered("nvme_cache", data)["nvme_cache_path"]).rstrip("/") or "/"]
+
+
+#: What a deploy takes off a host the inventory no longer gives the NVMe cache
+#: (aicluster.common.absence): the cache unmounted and its fstab line removed, the
+#: environment that points programs at it, FS-Cache's daemon stopped. The drives and
+#: what the cache holds stay (mount the drive again to reach it; a RAID stays
+#: assembled); cachefilesd too, unless the inventory's remove_packages names nvme_cache.
+REMOVAL = {
+    "nvme_cache": {"unmount": True, "services": ["cachefilesd"],
+                   "files": [PROFILE_FILE, SYSTEMD_ENV_FILE],
+                   "packages": ["nvme_cache_fscache_packages"]},
+}

@@ -325,9 +325,11 @@ def check_archive(v: Mapping[str, Any], wanted: list[dict[str, str]]) -> str | N
 #: What a deploy takes off a host the inventory no longer gives Ollama or its gateway (by role, and
 #: the component's own key when the host loses it altogether): services stopped and
 #: disabled, configuration files the deploy wrote removed, services reloaded afterwards
-#: (aicluster.common.absence). Packages and data stay
-#: (the models, nginx itself).
+#: (aicluster.common.absence). Data stays (the models); Ollama's releases and the
+#: gateway's nginx too, unless the inventory's remove_packages names ollama.
 REMOVAL = {
-    "ollama": {"services": ["ollama"], "files": [DROPIN, UNIT]},
-    "ollama_gateway": {"files": [GATEWAY_CONF], "reload": ["nginx"]},
+    "ollama": {"services": ["ollama"], "files": [DROPIN, UNIT],
+               "software": [BIN_LINK, "{ollama_install_dir}"]},
+    "ollama_gateway": {"files": [GATEWAY_CONF], "reload": ["nginx"],
+                       "packages": ["ollama_gateway_packages"]},
 }

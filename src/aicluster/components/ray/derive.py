@@ -240,11 +240,12 @@ def head_wait_command(venv: str, head_address: str) -> str:
 #: What a deploy takes off a host the inventory no longer gives a Ray role (by role, and
 #: the component's own key when the host loses it altogether): services stopped and
 #: disabled, configuration files the deploy wrote removed, services reloaded afterwards
-#: (aicluster.common.absence). Packages and data stay
-#: (Ray's venvs, its temporary directory).
+#: (aicluster.common.absence). Data stays (Ray's temporary directory); Ray's venvs too,
+#: unless the inventory's remove_packages names ray.
 REMOVAL = {
     "ray_head": {"services": ["ray-head"], "files": [f"{UNIT_DIR}/ray-head.service"]},
     "ray_workers": {"services": ["ray-worker"], "files": [f"{UNIT_DIR}/ray-worker.service"]},
     "ray": {"services": ["ray-head", "ray-worker"],
-            "files": [f"{UNIT_DIR}/ray-head.service", f"{UNIT_DIR}/ray-worker.service"]},
+            "files": [f"{UNIT_DIR}/ray-head.service", f"{UNIT_DIR}/ray-worker.service"],
+            "software": ["{ray_install_dir}"]},
 }

@@ -271,14 +271,19 @@ def _render_conf(v: Mapping[str, Any]) -> str:
 #: What a deploy takes off a host the inventory no longer gives a Slurm role (by role, and
 #: the component's own key when the host loses it altogether): services stopped and
 #: disabled, configuration files the deploy wrote removed, services reloaded afterwards
-#: (aicluster.common.absence). Packages and data stay
-#: (/var/lib/slurm, /var/log/slurm; MariaDB and its databases).
+#: (aicluster.common.absence). Data stays (/var/lib/slurm, /var/log/slurm; MariaDB and
+#: its databases); the packages too, unless the inventory's remove_packages names slurm
+#: (then the Slurm and munge packages go; MariaDB stays).
 REMOVAL = {
-    "slurm_workers": {"services": ["slurmd"]},
-    "slurm_controller": {"services": ["slurmctld"]},
-    "slurm_dbd": {"services": ["slurmdbd"], "files": [DBD_CONF]},
+    "slurm_workers": {"services": ["slurmd"], "packages": ["slurm_worker_packages"]},
+    "slurm_controller": {"services": ["slurmctld"], "packages": ["slurm_controller_packages"]},
+    "slurm_dbd": {"services": ["slurmdbd"], "files": [DBD_CONF],
+                  "packages": ["slurm_dbd_packages"]},
     "slurm": {"services": ["slurmd", "slurmctld", "munge"],
-              "files": [SLURM_CONF, GRES_CONF, CGROUP_CONF, MUNGE_KEY, APT_PIN, INSTALLER]},
+              "files": [SLURM_CONF, GRES_CONF, CGROUP_CONF, MUNGE_KEY, APT_PIN, INSTALLER],
+              "packages": ["slurm_worker_packages", "slurm_controller_packages",
+                           "slurm_dbd_packages", "slurm_common_packages",
+                           "slurm_munge_packages"]},
 }
 
 
