@@ -89,9 +89,10 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(ansible_lab: L
     """One run repairs runtime drift and takes away what a host no longer runs
     (docs/rerunning.md): the live firewall table (flushed on node1, a rule added by hand
     on node2), an applied sysctl and node2's CephFS mount (unmounted) are put back,
-    and node2, out of ``slurm_workers``,
-    loses slurmd and leaves Slurm's node list (its data stays, the record is the file
-    pyinfra writes); the next run changes nothing; node2 put back converges."""
+    and node2, out of ``slurm_workers`` with ``remove_packages = ["slurm"]``, loses
+    slurmd and Slurm's packages and leaves Slurm's node list (its data stays, the record
+    is the file pyinfra writes); the next run changes nothing; node2 put back converges
+    (its packages installed again)."""
     from aicluster.common.absence import record_text
 
     testbed = ansible_lab.testbed
@@ -101,7 +102,7 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(ansible_lab: L
     testbed.ssh(node2, "nft add rule inet aicluster input tcp dport 9999 accept")
     testbed.ssh(node2, "sysctl -w net.ipv4.tcp_mtu_probing=0")
     testbed.ssh(node2, f"umount {CEPHFS}")
-    with ansible_lab.overridden(groups={"slurm_workers": [head]}):
+    with ansible_lab.overridden(groups={"slurm_workers": [head]}, remove_packages=["slurm"]):
         ansible_lab.playbook(*PLAYS)
         for node in (head, node2):
             assert testbed.ssh(node, TABLE) == written[node], node
@@ -113,7 +114,11 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(ansible_lab: L
         assert testbed.ssh(node2, "systemctl is-enabled slurmd", check=False).strip() in (
             "disabled", "not-found")
         assert testbed.ssh(node2, "test -e /etc/slurm/slurm.conf || echo gone").strip() == "gone"
-        testbed.ssh(node2, "test -d /var/lib/slurm/slurmd && dpkg -s slurmd >/dev/null")
+        # Its data stays; its Slurm and munge packages go (remove_packages names slurm).
+        testbed.ssh(node2, "test -d /var/lib/slurm/slurmd")
+        for package in ("slurmd", "slurm-client", "munge"):
+            assert testbed.ssh(node2, f"dpkg-query -W -f '${{Status}}' {package} 2>&1",
+                               check=False).split()[-1] != "installed", package
         recorded = recorded_components(testbed, node2)
         assert "slurm" not in recorded
         # Byte for byte what the pyinfra deploy writes.

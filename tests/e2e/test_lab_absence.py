@@ -2,7 +2,8 @@
 slurmd and Slurm's node list keeps only node1, its data directory stays; taken out of
 ``ceph_clients`` at the same time, its CephFS is unmounted and its fstab line removed;
 the next run changes nothing; node2 put back converges (mounted again), leaving the
-testbed as it was found.
+testbed as it was found. node2 taken out of ``ceph_osds`` while the cluster still maps
+its OSD is refused, with nothing taken away.
 
 Group changes are rehearsed through the testbed's overrides (``"groups"`` in
 <testbed state dir>/overrides.json, inventories/testbed.py). On the lab in miniature
@@ -77,3 +78,28 @@ def test_a_node_taken_out_of_slurm_stops_slurmd_and_leaves_the_node_list(lab):
     assert recorded_mounts(lab, node2)["ceph"] == [CEPHFS]
     lab.ssh(node2, f"rm {CEPHFS}/absence-node2")
     assert_slurm(lab)
+
+
+def test_a_node_taken_out_of_ceph_osds_keeps_its_osd_until_it_is_drained(lab):
+    """node2 out of ``ceph_osds`` while the cluster still maps its OSD: the deploy reads
+    that with the bootstrap-osd key (real Ceph), fails node2 saying how to drain the
+    OSD, and takes nothing away (the OSD stays up and in, the record unchanged)."""
+    head, node2 = lab.nodes[0]["name"], lab.nodes[1]["name"]
+    osds = lab.ssh(head, f"ceph osd ls-tree {node2}").split()
+    assert osds, f"no OSD of {node2} in the cluster"
+    with lab.overridden(groups={"ceph_osds": [head]}):
+        refused = lab.read_deploy("--limit", node2)
+        assert refused.rc != 0, refused.output[-3000:]
+        words = " ".join(refused.output.split())
+        assert f"{node2} leaves ceph_osds, but the cluster still has its OSDs" in words, (
+            refused.output[-3000:])
+        assert f"ceph osd safe-to-destroy {' '.join(osds)}" in words
+        print(f"node2 out of ceph_osds, refused: OSDs {osds} still mapped there")
+    # Nothing was taken away: the OSD runs, up and in; node2 still records its role.
+    for osd in osds:
+        assert lab.ssh(head, f"ceph osd dump | grep '^osd.{osd} '").split()[1:3] == [
+            "up", "in"]
+    assert lab.ssh(node2, "systemctl is-active aicluster-ceph-osds").strip() == "active"
+    assert "ceph_osds" in recorded_components(lab, node2)["ceph"]
+    again = lab.read_deploy().succeeded().results
+    assert again["changed"] == 0, again

@@ -16,13 +16,19 @@ proven on fake hosts only (tests/deploys/test_nvme_cache.py).
 - then Ansible (`site.yml --tags nvme_cache`) over the same nodes: it refuses node1 the
   same way and finds node2's cache as its role would make it, changing nothing (its
   own first cache on empty drives: tests/e2e/test_ansible_molecule.py's nvme_cache
-  scenario).
+  scenario);
+- then node2 no longer given the cache (desired absence, with Ansible's absence and
+  record plays): the cache is unmounted and its fstab line and environment files
+  removed, and the drive keeps its filesystem and a file written in the cache; given
+  back, the same filesystem is mounted again, the file in it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -37,6 +43,7 @@ from tests.e2e.conftest import BIN, TESTBED_INVENTORY, ansible_changed, pyinfra_
 HELD = "/dev/disk/by-id/aicluster-testbed-node1-disk1"
 CACHE = "/dev/disk/by-id/aicluster-testbed-node2-disk1"
 PATH = "/mnt/nvme-cache"
+RECORD = "/etc/aicluster/components"
 DEPLOY = Path(__file__).with_name("deploy_nvme_cache.py")
 
 
@@ -150,3 +157,45 @@ def test_ansible_refuses_the_same_drive_and_agrees_with_the_cache(nvme_testbed):
     assert second.get("node2") == 0, second
     _assert_node1_untouched(tb, held, checksum, output)
     _assert_cache(tb)
+
+
+def test_a_node_no_longer_given_the_cache_unmounts_it_and_keeps_what_it_holds(nvme_testbed):
+    from aicluster.components.nvme_cache.derive import PROFILE_FILE
+    from aicluster.testbed.state import state_dir
+
+    tb, held, checksum = nvme_testbed
+    overrides = state_dir() / "overrides.json"
+    plays = ("--tags", "absence,nvme_cache,record")
+    uuid = tb.ssh("node2", f"blkid -p -o value -s UUID {CACHE}").strip()
+    tb.ssh("node2", f"echo kept > {PATH}/huggingface/kept")
+    # The record, written once by the record play (node1 is refused on its drive).
+    _playbook(*plays)
+    assert "nvme_cache" in json.loads(tb.ssh("node2", f"cat {RECORD}"))["mounts"]
+    overrides.write_text(json.dumps({"groups": {"gpu_nodes": []},
+                                     "nvme_cache_devices": None}))
+    try:
+        _playbook(*plays)
+        assert tb.ssh("node2", f"findmnt -n {PATH} || echo none").strip() == "none"
+        assert f" {PATH} " not in tb.ssh("node2", "cat /etc/fstab")
+        assert tb.ssh("node2", f"test -e {PROFILE_FILE} || echo gone").strip() == "gone"
+        # The drive keeps its filesystem and what the cache held.
+        assert tb.ssh("node2", f"blkid -p -o value -s UUID {CACHE}").strip() == uuid
+        again = ansible_changed(_playbook(*plays))
+        assert again.get("node2") == 0, again
+    finally:
+        overrides.unlink()
+    _playbook(*plays)
+    _assert_cache(tb)
+    assert tb.ssh("node2", f"cat {PATH}/huggingface/kept") == "kept\n"
+    assert _held_checksum(held["loop"]) == checksum
+
+
+def _playbook(*extra: str) -> str:
+    """site.yml limited to *extra*'s plays; node1 fails (its drive holds data), node2
+    must not."""
+    proc = run([BIN / "ansible-playbook", "-i", TESTBED_INVENTORY, "playbooks/site.yml",
+                *extra], timeout=900, check=False)
+    output = proc.stdout + proc.stderr
+    assert "node2" in output and not re.search(r"node2\s*:.*failed=[1-9]", output), (
+        output[-4000:])
+    return output
