@@ -493,6 +493,21 @@ class Cluster:
         """The cluster's own networks, management first."""
         return [str(n.subnet) for n in self.spec.networks.values()]
 
+    def trusted_sources(self, host_name: str) -> list[str]:
+        """The source networks a host's firewall accepts everything from: the cluster's
+        own networks, then the networks its components' traffic comes from on that host
+        (each component's ``derive.trusted_sources(cluster, host_name, data)``, found
+        through the registry: k3s's pod and service networks)."""
+        out = self.network_subnets()
+        host = self.hosts[host_name]
+        for component in host.components():
+            module = derive_module(component)
+            extra = getattr(module, "trusted_sources", None) if module is not None else None
+            for network in extra(self, host_name, host.data) if extra is not None else []:
+                if network not in out:
+                    out.append(network)
+        return out
+
 
 # ---------------------------------------------------------------------------
 # Validation

@@ -190,6 +190,23 @@ def test_firewall_allows_ssh_and_cluster_networks_and_drops_the_rest(distro):
     assert "flush ruleset" not in rules
 
 
+def test_a_k3s_node_trusts_the_pod_and_service_networks_and_only_it():
+    """k3s's pods reach the node's API server and kubelet from the pod network
+    (CoreDNS, metrics-server): a k3s node's firewall accepts it; a node without k3s does
+    not; the networks follow k3s_config."""
+    groups = {"gpu_nodes": ["gpu1"], "k3s_servers": ["head"]}
+    facts = {name: {"LinuxDistribution": DISTRIBUTIONS["debian12"]} for name, _ in HOSTS}
+    p = plan(HOSTS, groups, CLUSTER, facts, base.deploy)
+    rules = p.upload("head", "/etc/nftables.conf")
+    assert "ip saddr 10.42.0.0/16 accept" in rules and "ip saddr 10.43.0.0/16 accept" in rules
+    assert "10.42.0.0" not in p.upload("gpu1", "/etc/nftables.conf")
+    dual = {**CLUSTER, "k3s_config": {"cluster-cidr": "10.52.0.0/16,fd00:52::/56",
+                                      "service-cidr": "10.53.0.0/16"}}
+    rules = plan(HOSTS, groups, dual, facts, base.deploy).upload("head", "/etc/nftables.conf")
+    assert "ip saddr 10.52.0.0/16 accept" in rules and "ip6 saddr fd00:52::/56 accept" in rules
+    assert "ip saddr 10.53.0.0/16 accept" in rules and "10.42.0.0" not in rules
+
+
 def test_firewall_restricted_ssh_sources_and_public_ports():
     p = _plan(
         "debian12",

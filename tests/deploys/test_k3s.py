@@ -273,9 +273,11 @@ def test_gpu_agent_gets_label_images_and_servers_the_manifests(store):
         assert (f"FileUploadCommand({cache / _sha(IMAGES[NEW])}, "
                 f"{k3s_derive.IMAGES_DIR}/k3s-airgap-images-amd64.tar.zst)") in op.text
     for name in ("s1", "s2", "s3"):
-        rc = yaml.safe_load(
-            p.upload(name, f"{k3s_derive.MANIFESTS_DIR}/aicluster-nvidia-runtimeclass.yaml"))
-        assert rc["kind"] == "RuntimeClass" and rc["handler"] == "nvidia"
+        # The RuntimeClass nvidia is k3s's own (its runtimes manifest): ours, written by
+        # earlier versions, is removed.
+        assert (f"No aicluster-nvidia-runtimeclass.yaml (k3s ships the RuntimeClass nvidia "
+                f"itself)") in p.names(name)
+        assert not any("runtimeclass" in path for path in p.files(name))
         ds = yaml.safe_load(
             p.upload(name, f"{k3s_derive.MANIFESTS_DIR}/aicluster-nvidia-device-plugin.yaml"))
         spec = ds["spec"]["template"]["spec"]
@@ -388,6 +390,21 @@ def test_after_a_restart_only_the_pinned_kubelet_being_ready_counts(tmp_path):
     assert _helper(tmp_path, f"True v{OLD}", timeout=0) == 1
     assert _helper(tmp_path, f"Unknown v{NEW}", timeout=0) == 1
     assert _helper(tmp_path, f"True v{NEW}", timeout=0) == 0
+
+
+def test_the_binary_is_labelled_a_container_runtime_where_selinux_is_on(tmp_path):
+    """On Rocky with SELinux enforcing, k3s's containerd runs only from a binary labelled
+    container_runtime_exec_t (container-selinux's type, as k3s's installer sets it): the
+    helper labels the binary it puts in place, when SELinux is enabled."""
+    v = {"k3s_unit": "k3s", "inventory_hostname": "s1", "k3s_binary": "/usr/local/bin/k3s",
+         "k3s_staged_binary": "/usr/local/lib/aicluster/k3s/k3s", "k3s_ready_timeout": 5,
+         "k3s_version": NEW}
+    text = render("k3s", "aicluster-k3s.j2", v)
+    install = text.split("install_binary() {", 1)[1].split("\n}\n", 1)[0]
+    assert "selinuxenabled && selinuxenabled" not in install  # guarded, not required
+    assert ("if command -v selinuxenabled >/dev/null 2>&1 && selinuxenabled; then\n"
+            '        chcon -u system_u -r object_r -t container_runtime_exec_t "$BIN"') in install
+    assert subprocess.run(["sh", "-n", "-c", text]).returncode == 0
 
 
 def test_a_bump_that_skips_a_minor_version_is_refused(store, caplog):
@@ -549,6 +566,19 @@ def test_gpu_hosts_need_gpu_nodes_and_the_device_plugin_image(store):
     msg = _validate(store, [S1, (GPU1[0], {**GPU1[1], "nvidia_container_toolkit": False})],
                     {**groups, "gpu_nodes": ["gpu1"]})
     assert "host 'gpu1': nvidia_container_toolkit: false, but the host runs k3s" in msg
+
+
+def test_gpu_hosts_need_k3s_runtimes_manifest(store):
+    """The RuntimeClass nvidia is k3s's packaged runtimes manifest: disabling it on a
+    GPU cluster is refused (a list or k3s's comma-separated string)."""
+    hosts, groups = [S1, GPU1], {"k3s_servers": ["s1"], "k3s_agents": ["gpu1"],
+                                 "gpu_nodes": ["gpu1"]}
+    for disable in (["traefik", "runtimes"], "traefik,runtimes"):
+        msg = _validate(store, hosts, groups, k3s_config={"disable": disable})
+        assert "host 'gpu1': k3s_config.disable: runtimes is disabled" in msg
+    data = {**store, "k3s_config": {"disable": ["traefik"]}}
+    validate({name: (tuple(g for g, m in groups.items() if name in m), {**data, **hd})
+              for name, hd in hosts})  # accepted
 
 
 def test_a_version_without_pinned_checksums_is_refused(store):

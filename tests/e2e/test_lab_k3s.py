@@ -23,6 +23,9 @@ miniature:
   deploy output (the lab's first deploy's included) and no journal line, and reached
   every node (the server refuses a node without it);
 - a whole-stack re-run changes nothing and restarts no k3s unit;
+- base's firewall lets pod-network sources (a network namespace on node1 with a pod
+  address, as a pod is joined to its node) reach the API server and the kubelet, and
+  still drops a source from no cluster network;
 - a version bump replaces the binary on both nodes and restarts both services, node1
   first: each cordoned and drained, restarted, Ready with the new version, uncordoned
   (the stand-in server's event log), then a whole-stack re-run changes nothing (the lab
@@ -160,6 +163,49 @@ def test_deploy_binds_cluster_address_keeps_token_secret_and_a_rerun_changes_not
     assert rerun.results["changed"] == 0, rerun.results
     assert {node: _unit(lab, node) for node in UNITS} == before, "a no-op deploy restarted k3s"
     _assert_secrets(lab, [first.output, rerun.output])
+
+
+#: A pod's address (k3s's default pod network, 10.42.0.0/16) and one from no network the
+#: cluster knows (TEST-NET-3), each given to a process in a network namespace on a node.
+POD_SOURCE, STRANGER = "10.42.250.2", "203.0.113.2"
+
+
+def _reach_from(lab: Lab, node: str, source: str, target: str, ports: list[int]) -> dict:
+    """Whether a TCP connection from *source*, a network namespace on *node* joined to
+    the node by a veth pair (as a pod is to its node), reaches *target*'s *ports* there:
+    through base's firewall (table inet aicluster), like CoreDNS or metrics-server
+    reaching the API server and the kubelet."""
+    gateway = source.rsplit(".", 1)[0] + ".1"
+    ns = "aicluster-e2e-" + source.replace(".", "-")
+    setup = (f"ip netns add {ns} && ip link add aic-e2e-h type veth peer name aic-e2e-p "
+             f"&& ip link set aic-e2e-p netns {ns} "
+             f"&& ip addr add {gateway}/24 dev aic-e2e-h && ip link set aic-e2e-h up "
+             f"&& ip -n {ns} addr add {source}/24 dev aic-e2e-p "
+             f"&& ip -n {ns} link set aic-e2e-p up && ip -n {ns} link set lo up "
+             f"&& ip -n {ns} route add default via {gateway}")
+    lab.ssh(node, setup)
+    try:
+        return {port: lab.ssh(node, f"ip netns exec {ns} timeout 5 bash -c "
+                                    f"'exec 3<>/dev/tcp/{target}/{port}' && echo open "
+                                    "|| echo closed").strip() == "open"
+                for port in ports}
+    finally:
+        lab.ssh(node, f"ip link del aic-e2e-h; ip netns del {ns}", check=False)
+
+
+def test_pods_reach_the_api_and_kubelet_through_base_firewall_and_strangers_do_not(lab):
+    """The lab runs base's firewall with k3s (both deployed by deploy.py): a k3s node
+    accepts the pod and service networks (k3s's documentation asks a firewall to trust
+    them), so a pod-network source reaches the API server (6443) and the kubelet
+    (10250); a source from no cluster network is still dropped."""
+    rules = lab.ssh("node1", "nft list table inet aicluster")
+    assert "ip saddr 10.42.0.0/16 accept" in rules and "ip saddr 10.43.0.0/16 accept" in rules
+    target = _ip(lab, "node1")
+    pod = _reach_from(lab, "node1", POD_SOURCE, target, [6443, 10250])
+    stranger = _reach_from(lab, "node1", STRANGER, target, [6443, 10250])
+    print(f"from the pod network {POD_SOURCE}: {pod}; from {STRANGER}: {stranger}")
+    assert pod == {6443: True, 10250: True}, pod
+    assert stranger == {6443: False, 10250: False}, stranger
 
 
 @pytest.mark.skipif(not STANDIN, reason="needs two pinned k3s releases one minor apart "

@@ -1028,6 +1028,22 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "pool models (pg_num 512, size 1) brings the cluster to 512 placement group "
         "replicas, more than mon_max_pg_per_osd 250 x 1 OSDs = 250; Ceph refuses",
     ),
+    # -- k3s's pod and service networks: networks of their own ---------------------
+    (
+        "k3s-pod-network-overlaps-the-fabric",
+        [("groups.k3s_servers", ["n1"]),
+         ("all.k3s_config", {"cluster-cidr": "198.51.100.0/23"})],
+        "n1", "k3s_config.cluster-cidr",
+        "198.51.100.0/23 overlaps the fabric network 198.51.100.0/24; pods, services and "
+        "nodes need networks of their own",
+    ),
+    (
+        "k3s-service-network-not-a-network",
+        [("groups.k3s_servers", ["n1"]),
+         ("all.k3s_config", {"service-cidr": "10.43.0.1/16"})],
+        "n1", "k3s_config.service-cidr",
+        "'10.43.0.1/16' is not a network in CIDR form",
+    ),
     # -- remove_packages names components whose removal uninstalls something --------
     (
         "remove-packages-typo",

@@ -47,7 +47,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
     sysctl = {**(v["base_default_sysctl"] or {}), **(v["base_sysctl"] or {})}
     return {
         "base_etc_hosts": cluster.etc_hosts(),
-        "base_trusted_networks": cluster.network_subnets(),
+        "base_trusted_networks": cluster.trusted_sources(host_name),
         "base_firewall_ssh_port": me.spec.ssh_port,
         "base_apt_proxy_url": apt_proxy_url(cluster, data),
         "base_package_cache_here": cluster.spec.package_cache == host_name,

@@ -52,6 +52,7 @@ from aicluster.components.k3s.derive import (
     IMAGES_DIR,
     MANIFESTS,
     MANIFESTS_DIR,
+    RETIRED_MANIFESTS,
     STAGED_BINARY,
     TOOL,
     UNIT_DIR,
@@ -142,6 +143,9 @@ def deploy() -> None:
             else:
                 files.file(name=f"No GPU manifest {dest} (no k3s node has GPUs)",
                            path=f"{MANIFESTS_DIR}/{dest}", present=False)
+        for dest in host.loop(RETIRED_MANIFESTS):
+            files.file(name=f"No {dest} (k3s ships the RuntimeClass nvidia itself)",
+                       path=f"{MANIFESTS_DIR}/{dest}", present=False)
 
     # The rollout, in three turns every k3s node takes part in (pyinfra orders the
     # operations of all hosts as one graph of each host's own sequence, so a turn all

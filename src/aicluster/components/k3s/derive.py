@@ -31,11 +31,14 @@ STAGED_BINARY = "/usr/local/lib/aicluster/k3s/k3s"
 TOOL = "/usr/local/sbin/aicluster-k3s"
 IMAGES_DIR = "/var/lib/rancher/k3s/agent/images"
 MANIFESTS_DIR = "/var/lib/rancher/k3s/server/manifests"
-#: The auto-deploy manifests of GPU clusters (written on every server).
+#: The auto-deploy manifests of GPU clusters (written on every server). The
+#: RuntimeClass ``nvidia`` is k3s's own (its packaged ``runtimes`` manifest).
 MANIFESTS = {
-    "aicluster-nvidia-runtimeclass.yaml": "nvidia-runtimeclass.yaml.j2",
     "aicluster-nvidia-device-plugin.yaml": "nvidia-device-plugin.yaml.j2",
 }
+#: Manifests earlier versions wrote, removed from every server: the RuntimeClass
+#: ``nvidia`` k3s itself ships (two manifests owning one object fight over it).
+RETIRED_MANIFESTS = ("aicluster-nvidia-runtimeclass.yaml",)
 #: The label GPU nodes register with; the device plugin DaemonSet selects it.
 GPU_LABEL = "nvidia.com/gpu.present=true"
 #: Annotation that marks a cordon as the k3s rollout's (never an admin's cordon).
@@ -122,6 +125,35 @@ def node_config(v: Mapping[str, Any], *, role: str, host_name: str, node_ip: str
     return out
 
 
+#: k3s's own defaults for the pod and service networks (``cluster-cidr``,
+#: ``service-cidr``; a dual-stack cluster gives two, comma-separated).
+POD_NETWORKS = {"cluster-cidr": "10.42.0.0/16", "service-cidr": "10.43.0.0/16"}
+
+
+def pod_networks(cluster: Cluster) -> dict[str, list[str]]:
+    """The cluster's pod and service networks (``cluster-cidr``, ``service-cidr``), as
+    the first server's configuration gives them (they are server settings, the same on
+    every server), else k3s's defaults."""
+    srv = servers(cluster)
+    config: dict[str, Any] = {}
+    if srv:
+        v = layered("k3s", cluster.hosts[srv[0]].data)
+        config = merge_config({**(v["k3s_default_config"] or {}),
+                               **(v["k3s_server_default_config"] or {})}, v["k3s_config"])
+    return {key: [part.strip() for part in str(config.get(key) or default).split(",")
+                  if part.strip()]
+            for key, default in POD_NETWORKS.items()}
+
+
+def trusted_sources(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> list[str]:
+    """What base's firewall must accept on a k3s node besides the cluster's networks:
+    the pod and service networks, where CoreDNS, metrics-server and every pod reach the
+    API server and the kubelet from (k3s's documentation asks a firewall to trust them)."""
+    if host_name not in k3s_hosts(cluster):
+        return []
+    return [n for networks in pod_networks(cluster).values() for n in networks]
+
+
 def admin_server(cluster: Cluster, host_name: str) -> str:
     """The server that cordons, drains and uncordons ``host_name``: the first server
     that is not the node itself (the node itself in a one-server cluster)."""
@@ -156,6 +188,7 @@ def validate(cluster: Cluster) -> list[str]:
             "3 or more (embedded etcd)"
         )
     errors += differs_from_first("k3s", cluster, nodes, CLUSTER_KEYS, "k3s node")
+    errors += _pod_network_errors(cluster)
     gpu_nodes = set(cluster.group("gpu_nodes"))
     for name in nodes:
         data = cluster.hosts[name].data
@@ -177,12 +210,53 @@ def validate(cluster: Cluster) -> list[str]:
                     f"{where}: nvidia_container_toolkit: false, but the host runs k3s with "
                     "GPUs: k3s's containerd needs the NVIDIA container runtime"
                 )
+            if "runtimes" in _disabled(v):
+                errors.append(
+                    f"{where}: k3s_config.disable: runtimes is disabled, but the host runs "
+                    "k3s with GPUs: the RuntimeClass nvidia the GPU pods and NVIDIA's "
+                    "device plugin run with is k3s's runtimes manifest"
+                )
             if not v["k3s_nvidia_device_plugin_image"]:
                 errors.append(
                     f"{where}: k3s_nvidia_device_plugin_image: not set, and the host runs "
                     "k3s with GPUs; name NVIDIA's k8s-device-plugin image (or your "
                     "registry's copy) in group_data"
                 )
+    return errors
+
+
+def _disabled(v: Mapping[str, Any]) -> list[str]:
+    """The packaged components k3s_config's ``disable`` turns off (a list, or one
+    comma-separated string)."""
+    value = merge_config(v["k3s_default_config"], v["k3s_config"]).get("disable") or []
+    items = value.split(",") if isinstance(value, str) else value
+    return [str(i).strip() for i in items]
+
+
+def _pod_network_errors(cluster: Cluster) -> list[str]:
+    """The pod and service networks are networks: each a CIDR that overlaps neither the
+    other nor a cluster network (a node would route its own subnet into the pods)."""
+    import ipaddress
+
+    srv = servers(cluster)
+    where = f"host {srv[0]!r}" if srv else f"host {k3s_hosts(cluster)[0]!r}"
+    seen: list[tuple[str, Any]] = [
+        (f"the {name} network", n.subnet) for name, n in cluster.spec.networks.items()]
+    errors = []
+    for key, networks in pod_networks(cluster).items():
+        for text in networks:
+            try:
+                net = ipaddress.ip_network(text)
+            except ValueError:
+                errors.append(f"{where}: k3s_config.{key}: {text!r} is not a network in "
+                              "CIDR form (10.42.0.0/16)")
+                continue
+            for what, other in seen:
+                if net.version == other.version and net.overlaps(other):
+                    errors.append(f"{where}: k3s_config.{key}: {text} overlaps {what} "
+                                  f"{other}; pods, services and nodes need networks of "
+                                  "their own")
+            seen.append((f"k3s's {key}", net))
     return errors
 
 
@@ -339,6 +413,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "k3s_images_dir": IMAGES_DIR,
         "k3s_manifests_dir": MANIFESTS_DIR,
         "k3s_manifests": dict(MANIFESTS),
+        "k3s_retired_manifests": list(RETIRED_MANIFESTS),
         # What the Ansible role runs to read the node (the pyinfra fact's command).
         "k3s_fact_command": command_text(unit, node_ip),
         **artifacts.derived_vars(cluster, host_name, "k3s", data),
