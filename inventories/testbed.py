@@ -230,6 +230,17 @@ for _group, _members in (_overrides.pop("groups", None) or {}).items():
     else:
         globals().pop(_group, None)
 
+# Host data changed the same way: the overrides' "hosts" key maps a node to the data
+# laid over its own; a key given null is taken away, e.g.
+# {"hosts": {"node2": {"ceph_osd_devices": null}}} with node2 out of ceph_osds.
+for _name, _data in all[0]:
+    for _key, _value in ((_overrides.get("hosts") or {}).get(_name) or {}).items():
+        if _value is None:
+            _data.pop(_key, None)
+        else:
+            _data[_key] = _value
+_overrides.pop("hosts", None)
+
 if _overrides:
     all[1].update(_overrides)
     # group_data/all.py (pinned versions) wins over the data above; host data wins

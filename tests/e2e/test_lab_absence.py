@@ -87,7 +87,8 @@ def test_a_node_taken_out_of_ceph_osds_keeps_its_osd_until_it_is_drained(lab):
     head, node2 = lab.nodes[0]["name"], lab.nodes[1]["name"]
     osds = lab.ssh(head, f"ceph osd ls-tree {node2}").split()
     assert osds, f"no OSD of {node2} in the cluster"
-    with lab.overridden(groups={"ceph_osds": [head]}):
+    with lab.overridden(groups={"ceph_osds": [head]},
+                        hosts={node2: {"ceph_osd_devices": None}}):
         refused = lab.read_deploy("--limit", node2)
         assert refused.rc != 0, refused.output[-3000:]
         words = " ".join(refused.output.split())
