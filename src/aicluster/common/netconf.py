@@ -250,8 +250,13 @@ def file_glob(renderer_name: str, kind: str = "") -> str:
 
 def apply_commands(renderer_name: str, items: list[dict]) -> list[str]:
     """What applies written files: ``networkctl reload`` and ``reconfigure`` of the
-    links, ``netplan apply``, or ``nmcli connection reload`` and ``up`` of each."""
+    links; for netplan, ``netplan generate`` (its networkd files, the renderer our file
+    leaves to the default) then the same, never ``netplan apply``, which reconfigures
+    every interface, the management one included; or ``nmcli connection reload`` and
+    ``up`` of each."""
     names = [i["name"] for i in items if i.get("name")]
+    if renderer_name == "netplan":
+        return ["netplan generate", *apply_commands("networkd", items)]
     if renderer_name == "networkd":
         cmds = ["networkctl reload"]
         if names:
@@ -267,8 +272,6 @@ def apply_commands(renderer_name: str, items: list[dict]) -> list[str]:
                 "done; done; true"
             )
         return cmds
-    if renderer_name == "netplan":
-        return ["netplan generate", "netplan apply"]
     return ["nmcli connection reload"] + [
         f"nmcli connection up uuid {i['uuid']}" for i in items if not i.get("bond")
     ]
