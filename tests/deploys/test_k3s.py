@@ -275,8 +275,8 @@ def test_gpu_agent_gets_label_images_and_servers_the_manifests(store):
     for name in ("s1", "s2", "s3"):
         # The RuntimeClass nvidia is k3s's own (its runtimes manifest): ours, written by
         # earlier versions, is removed.
-        assert (f"No aicluster-nvidia-runtimeclass.yaml (k3s ships the RuntimeClass nvidia "
-                f"itself)") in p.names(name)
+        assert ("No aicluster-nvidia-runtimeclass.yaml (k3s ships the RuntimeClass nvidia "
+                "itself)") in p.names(name)
         assert not any("runtimeclass" in path for path in p.files(name))
         ds = yaml.safe_load(
             p.upload(name, f"{k3s_derive.MANIFESTS_DIR}/aicluster-nvidia-device-plugin.yaml"))
