@@ -47,11 +47,11 @@ OLD = "570.124.06"
 H100_DEVICE = "0x2330"
 DIRECTORIES = {"/etc/apt/keyrings", "/etc/apt/sources.list.d", "/etc/apt/preferences.d",
                "/etc/apt/apt.conf.d", "/usr/local/sbin", "/etc/yum.repos.d",
-               "/etc/modules-load.d"}
+               "/etc/modules-load.d", "/etc/systemd/system/nvidia-persistenced.service.d"}
 
 
 def node_output(gpus=8, device=H100_DEVICE, nvswitches=4, loaded="", open_modules=True,
-                rdma=(), held=True, runtimes=(), packages=("nvidia-open-570",)):
+                rdma=(), held=True, runtimes=(), packages=("nvidia-open-570",), ofed=""):
     """What the fact's command prints on a node (see aicluster.components.nvidia.facts)."""
     lines = [f"pci=0000:{0x18 + i:02x}:00.0 0x030200 {device}" for i in range(gpus)]
     lines += [f"pci=0000:{0x80 + i:02x}:00.0 0x068000 0x22a3" for i in range(nvswitches)]
@@ -67,6 +67,9 @@ def node_output(gpus=8, device=H100_DEVICE, nvswitches=4, loaded="", open_module
         if held:
             lines += [f"held={p}" for p in packages]
     lines += [f"rdma={d}" for d in rdma]
+    if ofed:
+        # ofed_info -s, and MLNX_OFED's ib_core exports the peer-memory API.
+        lines += [f"ofed={ofed}", "peer_memory=ib_core"]
     lines += [f"runtime={r}" for r in runtimes]
     return lines
 
@@ -117,11 +120,13 @@ def _deployed(distro="ubuntu2204", version=VERSION, extra=None, **output):
     """Facts of nodes that run ``version`` with everything the deploy writes now."""
     fresh = _plan(distro, extra={"nvidia_driver_version": version, **(extra or {})})
     debian = distro != "rocky9"
-    packages = {"datacenter-gpu-manager": ["1:3.3.9"], "nvidia-container-toolkit": ["1.17.4-1"],
+    packages = {"datacenter-gpu-manager-4-core": ["1:4.2.3-1"],
+                "datacenter-gpu-manager-4-cuda12": ["1:4.2.3-1"],
+                "nvidia-container-toolkit": ["1.17.4-1"],
                 "nvidia-fabricmanager-570": [f"{version}-1"],
                 "nvidia-fabric-manager": [f"{version}-1"],
                 "python3-dnf-plugin-versionlock": ["4.3.0-16.el9"]}
-    paths = [nvidia_derive.DRIVER_SCRIPT,
+    paths = [nvidia_derive.DRIVER_SCRIPT, nvidia_derive.PERSISTENCED_DROPIN,
              "/etc/apt/sources.list.d/aicluster-nvidia-cuda.list" if debian
              else "/etc/yum.repos.d/aicluster-nvidia-cuda.repo"]
     if debian:
@@ -142,6 +147,26 @@ def _deployed(distro="ubuntu2204", version=VERSION, extra=None, **output):
         }
         nodes[name] = node_output(loaded=version, **output)
     return facts, nodes
+
+
+# --- persistence mode ------------------------------------------------------------------
+
+
+def test_persistenced_runs_with_persistence_mode_on_and_restarts_only_on_a_change():
+    """The packaged nvidia-persistenced unit runs with --no-persistence-mode: a drop-in
+    turns it on (as NVIDIA's own role does); nvidia-persistenced restarts only when the
+    drop-in changes, and nvidia_persistenced: false takes the drop-in away."""
+    p = _plan("debian12")
+    dropin = p.upload("gpu1", nvidia_derive.PERSISTENCED_DROPIN)
+    assert "[Service]\nExecStart=\nExecStart=/usr/bin/nvidia-persistenced --user " \
+        "nvidia-persistenced --persistence-mode --verbose\n" in dropin
+    assert "--no-persistence-mode" not in dropin.split("[Service]")[1]
+    assert p.op("gpu1", "Restart nvidia-persistenced (persistence mode changed)").runs
+    facts, nodes = _deployed("debian12")
+    again = _plan("debian12", facts=facts, nodes=nodes)
+    assert not again.op("gpu1", "Restart nvidia-persistenced (persistence mode changed)").runs
+    off = _plan("debian12", extra={"nvidia_persistenced": False}, facts=facts, nodes=nodes)
+    assert "No nvidia-persistenced drop-in (nvidia_persistenced: false)" in off.changing("gpu1")
 
 
 # --- 8x H100 SXM with NVSwitch, first install ------------------------------------------
@@ -175,8 +200,11 @@ def test_h100_nvswitch_first_install_debian_family(distro):
     assert "gpus=8\n" in script
     assert "apt-mark hold $pkgs" in script
     assert 'Fabric Manager ${fm:-(none)} is installed and the driver is $v' in script
-    assert "install datacenter-gpu-manager nvidia-container-toolkit" in p.op(
-        "gpu1", "Install datacenter-gpu-manager, nvidia-container-toolkit").text
+    # DCGM 4: its core and the part for the CUDA major of driver 570 (CUDA 12).
+    assert ("install datacenter-gpu-manager-4-core datacenter-gpu-manager-4-cuda12 "
+            "nvidia-container-toolkit") in p.op(
+        "gpu1", "Install datacenter-gpu-manager-4-core, datacenter-gpu-manager-4-cuda12, "
+        "nvidia-container-toolkit").text
     for service in ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"):
         op = p.op("gpu1", f"{service} running and enabled")
         assert f"systemctl enable {service}.service" in op.text
@@ -210,7 +238,8 @@ def test_h100_nvswitch_first_install_rocky9():
     assert "dnf -y versionlock add $pkgs" in script
     # Fabric Manager exactly at the driver's version: name-version*.
     assert 'dnf install -y --allowerasing "$1-$v*"' in script
-    assert "dnf install -y datacenter-gpu-manager nvidia-container-toolkit" in p.commands("gpu1")
+    assert ("dnf install -y datacenter-gpu-manager-4-core datacenter-gpu-manager-4-cuda12 "
+            "nvidia-container-toolkit") in p.commands("gpu1")
     assert "systemctl enable nvidia-fabricmanager.service" in p.commands("gpu1")
 
 
@@ -239,7 +268,8 @@ def test_branch_only_pins_the_branch():
 def test_cuda_toolkit_at_its_pinned_version():
     p = _plan(extra={"nvidia_cuda_version": "12.8"})
     assert "cuda-toolkit-12-8" in p.op(
-        "gpu1", "Install datacenter-gpu-manager, nvidia-container-toolkit, cuda-toolkit-12-8"
+        "gpu1", "Install datacenter-gpu-manager-4-core, datacenter-gpu-manager-4-cuda12, "
+        "nvidia-container-toolkit, cuda-toolkit-12-8"
     ).text
 
 
@@ -449,33 +479,83 @@ def test_gpu_lost_after_boot_stops_that_host():
 # --- InfiniBand present and absent -------------------------------------------------------
 
 
-def test_infiniband_present_loads_nvidia_peermem():
-    rdma = {n: node_output(rdma=("mlx5_0", "mlx5_1")) for n in GPUS}
+MLNX_OFED = "MLNX_OFED_LINUX-24.10-2.1.8.0:"
+
+
+def test_infiniband_with_mlnx_ofed_loads_nvidia_peermem():
+    rdma = {n: node_output(rdma=("mlx5_0", "mlx5_1"), ofed=MLNX_OFED) for n in GPUS}
     p = _plan(nodes=rdma)
     assert p.upload("gpu1", nvidia_derive.PEERMEM_CONF).endswith("\nnvidia-peermem\n")
+    assert f"Load nvidia-peermem at boot: RDMA devices and {MLNX_OFED} here" in p.names("gpu1")
     # On a first install the module loads at the reboot.
     assert "nvidia-peermem loads at the reboot" in p.names("gpu1")
     # Declared in the inventory (hardware.ib_ports) counts too; the running node loads it.
     hosts = [(n, {**d, "hardware": {**d.get("hardware", {}), "ib_ports": IB}})
              for n, d in HOSTS]
-    facts, nodes = _deployed()
+    facts, nodes = _deployed(ofed=MLNX_OFED)
     again = _plan(nodes=nodes, facts=facts, hosts=hosts)
     assert "modprobe -a nvidia-peermem" in again.op("gpu1", "Load nvidia-peermem").text
 
 
+INBOX = ("No nvidia-peermem: inbox RDMA stack, no MLNX_OFED/DOCA-OFED peer-memory API: "
+         "GPUDirect RDMA goes through DMA-BUF")
+
+
+def test_infiniband_with_the_inbox_rdma_stack_no_nvidia_peermem():
+    """The kernel's own ib_core has no peer-memory API: nvidia-peermem's init fails
+    (-EINVAL) there, so auto neither writes its boot load nor modprobes it, on the first
+    deploy or any later one; DMA-BUF carries GPUDirect RDMA instead."""
+    rdma = {n: node_output(rdma=("mlx5_0", "mlx5_1")) for n in GPUS}
+    p = _plan(nodes=rdma)
+    assert INBOX in p.names("gpu1")
+    uploads = [c.split("\n")[0][7:] for c in p.commands("gpu1").split("upload ")]
+    assert nvidia_derive.PEERMEM_CONF not in uploads
+    assert "nvidia-peermem loads at the reboot" not in p.names("gpu1")
+    hosts = [(n, {**d, "hardware": {**d.get("hardware", {}), "ib_ports": IB}})
+             for n, d in HOSTS]
+    facts, nodes = _deployed(rdma=("mlx5_0",))
+    again = _plan(nodes=nodes, facts=facts, hosts=hosts)
+    assert "modprobe" not in again.commands("gpu1")
+    assert "Load nvidia-peermem" not in again.names("gpu1")
+    assert not again.changing("gpu1"), again.changing("gpu1")
+    # A boot load an earlier deploy wrote is taken away.
+    file_fact = facts["gpu1"]["File"]
+    facts["gpu1"]["File"] = lambda path, **kw: (
+        {"mode": 644, "user": "root", "group": "root"} if path == nvidia_derive.PEERMEM_CONF
+        else file_fact(path, **kw))
+    removed = _plan(nodes=nodes, facts=facts, hosts=hosts).op("gpu1", INBOX)
+    assert f"rm -f {nvidia_derive.PEERMEM_CONF}" in removed.text
+
+
+def test_inbox_rdma_stack_peermem_when_the_inventory_says_so():
+    rdma = {n: node_output(rdma=("mlx5_0",)) for n in GPUS}
+    p = _plan(nodes=rdma, extra={"nvidia_peermem": True})
+    assert p.upload("gpu1", nvidia_derive.PEERMEM_CONF).endswith("\nnvidia-peermem\n")
+    assert "Load nvidia-peermem at boot: nvidia_peermem is true" in p.names("gpu1")
+
+
+def test_peer_memory_api_decides_without_ofed_info():
+    v = {**layered("nvidia", {}), "nvidia_ib_declared": True}
+    node = parse(["rdma=mlx5_0"])
+    assert nvidia_derive._peermem(v, node)[0] is False
+    assert nvidia_derive._peermem(v, parse(["rdma=mlx5_0", "peer_memory=ib_core"]))[0] is True
+    assert nvidia_derive._peermem(v, parse(["ofed=OFED-internal-25.01-0.6.0:"])) == (
+        True, "RDMA devices and OFED-internal-25.01-0.6.0: here")
+
+
 def test_infiniband_absent_no_nvidia_peermem():
     p = _plan()
-    op = p.op("gpu1", "No nvidia-peermem (no RDMA device here)")
+    op = p.op("gpu1", "No nvidia-peermem: no RDMA device here")
     assert "modprobe" not in p.commands("gpu1")
     assert not op.commands  # no file there to remove
 
 
 def test_peermem_can_be_turned_off():
-    rdma = {n: node_output(rdma=("mlx5_0",)) for n in GPUS}
+    rdma = {n: node_output(rdma=("mlx5_0",), ofed=MLNX_OFED) for n in GPUS}
     p = _plan(nodes=rdma, extra={"nvidia_peermem": False})
     uploads = [c.split("\n")[0][7:] for c in p.commands("gpu1").split("upload ")]
     assert nvidia_derive.PEERMEM_CONF not in uploads
-    assert "Load nvidia-peermem at boot (RDMA devices here)" not in p.names("gpu1")
+    assert "No nvidia-peermem: nvidia_peermem is false" in p.names("gpu1")
 
 
 REPO_INDEX = "Read the CUDA repository's index (it was just added or changed)"
@@ -750,3 +830,32 @@ def test_lab_gpu_node_files_match_golden_files(family):
     v["nvidia_cuda_repo_arch"] = "x86_64"
     for dest, template in GOLDEN_FILES[family].items():
         assert_golden(GOLDEN_DIR / "nvidia" / family / dest, render("nvidia", template, v))
+
+
+def test_nvswitch_nodes_verify_fabric_manager_and_the_fabric():
+    """After the reboot an NVSwitch node is verified with --fabric-manager (Fabric
+    Manager active, every GPU's fabric state Completed: tests/unit/
+    test_nvidia_driver_verify.py runs it); a node without NVSwitches is not."""
+    p = _plan()
+    install = p.op("gpu1", f"Install NVIDIA driver {VERSION} (open modules), reboot, verify")
+    assert f"{nvidia_derive.DRIVER_SCRIPT} verify --fabric-manager" in install.text
+    facts, nodes = _deployed(version=OLD)
+    bump = _plan(nodes=nodes, facts=facts)
+    assert f"{nvidia_derive.DRIVER_SCRIPT} verify --fabric-manager" in bump.commands("gpu1")
+    pcie = {n: node_output(nvswitches=0) for n in GPUS}
+    hosts = [(n, {**d, "hardware": {**d["hardware"], "gpus": {**H100, "nvswitch": False}}})
+             if "hardware" in d else (n, d) for n, d in HOSTS]
+    plain = _plan(nodes=pcie, hosts=hosts)
+    text = plain.op("gpu1", f"Install NVIDIA driver {VERSION} (open modules), reboot, "
+                    "verify").text
+    assert f"{nvidia_derive.DRIVER_SCRIPT} verify" in text
+    assert "--fabric-manager" not in text
+
+
+def test_dcgm_4_matches_the_drivers_cuda_major():
+    assert nvidia_derive.cuda_major("570") == 12
+    assert nvidia_derive.cuda_major("575") == 12
+    assert nvidia_derive.cuda_major("580") == 13
+    p = _plan(extra={"nvidia_driver_branch": "580", "nvidia_driver_version": None})
+    assert "datacenter-gpu-manager-4-cuda13" in p.commands("gpu1")
+    assert "datacenter-gpu-manager-4-cuda12" not in p.commands("gpu1")

@@ -42,6 +42,8 @@ from aicluster.components.nvidia.derive import (
     APT_PIN,
     DRIVER_SCRIPT,
     PEERMEM_CONF,
+    PERSISTENCED_DROPIN,
+    PERSISTENCED_DROPIN_DIR,
     UNATTENDED,
     decide,
     repo_location,
@@ -82,6 +84,7 @@ def driver_change(
     k3s_uncordon: str = "",
     reboot_timeout: int = 900,
     batch_size: int = 0,
+    verify_args: str = "",
 ):
     """Drain (when ``drain``), install, reboot, wait, verify, resume, as one operation:
     run with ``_parallel=batch_size`` it goes one batch of nodes at a time, and a batch
@@ -102,7 +105,7 @@ def driver_change(
             yield FunctionCommand(run_on_other_host, (k3s_server, k3s_cordon), {})
     yield StringCommand(DRIVER_SCRIPT, "install", install_args)
     yield from server.reboot._inner(delay=10, interval=5, reboot_timeout=reboot_timeout)
-    yield StringCommand(DRIVER_SCRIPT, "verify")
+    yield StringCommand(DRIVER_SCRIPT, "verify", *([verify_args] if verify_args else []))
     if drain:
         yield StringCommand(DRIVER_SCRIPT, "resume")
         if k3s_server:
@@ -192,6 +195,7 @@ def _driver(v: dict[str, Any], plan: dict[str, Any]) -> None:
             name=f"Install NVIDIA driver {plan['wanted']} ({plan['flavour']} modules), "
             "reboot, verify",
             install_args=args,
+            verify_args=plan["verify_args"],
             drain=False,
             reboot_timeout=int(v["nvidia_reboot_timeout"]),
             _timeout=timeout,
@@ -203,6 +207,7 @@ def _driver(v: dict[str, Any], plan: dict[str, Any]) -> None:
             f"{plan['wanted']} (drain, install, reboot, verify, resume; "
             f"{v['nvidia_upgrade_batch_size']} node(s) at a time)",
             install_args=args,
+            verify_args=plan["verify_args"],
             drain=True,
             k3s_server=k3s,
             k3s_cordon=v["nvidia_k3s_cordon_command"] if k3s else "",
@@ -232,12 +237,25 @@ def _driver(v: dict[str, Any], plan: dict[str, Any]) -> None:
 
 
 def _services(v: dict[str, Any], plan: dict[str, Any]) -> None:
+    if "nvidia-persistenced" in plan["services"]:
+        files.directory(name="The nvidia-persistenced drop-in directory",
+                        path=PERSISTENCED_DROPIN_DIR)
+        dropin = put_template("nvidia", "aicluster-nvidia-persistenced.conf.j2",
+                              PERSISTENCED_DROPIN, v,
+                              name="Run nvidia-persistenced with persistence mode on (drop-in)")
+        systemd.daemon_reload(name="Reload systemd units (nvidia-persistenced drop-in)",
+                              _if=dropin.did_change)
+        systemd.service(name="Restart nvidia-persistenced (persistence mode changed)",
+                        service="nvidia-persistenced", restarted=True, _if=dropin.did_change)
+    else:
+        files.file(name="No nvidia-persistenced drop-in (nvidia_persistenced: false)",
+                   path=PERSISTENCED_DROPIN, present=False)
     for service in plan["services"]:
         systemd.service(name=f"{service} running and enabled", service=service,
                         running=True, enabled=True)
     if plan["peermem"]:
         put_template("nvidia", "aicluster-nvidia-peermem.conf.j2", PEERMEM_CONF, v,
-                     name="Load nvidia-peermem at boot (RDMA devices here)")
+                     name=f"Load nvidia-peermem at boot: {plan['peermem_reason']}")
         if plan["peermem_loaded"]:
             host.noop("nvidia-peermem loaded")
         elif plan["action"] != "none":
@@ -246,7 +264,7 @@ def _services(v: dict[str, Any], plan: dict[str, Any]) -> None:
         else:
             server.modprobe(name="Load nvidia-peermem", module="nvidia-peermem")
     else:
-        files.file(name="No nvidia-peermem (no RDMA device here)", path=PEERMEM_CONF,
+        files.file(name=f"No nvidia-peermem: {plan['peermem_reason']}", path=PEERMEM_CONF,
                    present=False)
     for runtime in plan["runtimes"]:
         server.shell(

@@ -19,6 +19,9 @@ DRIVER_SCRIPT = "/usr/local/sbin/aicluster-nvidia-driver"
 APT_PIN = "/etc/apt/preferences.d/aicluster-nvidia"
 UNATTENDED = "/etc/apt/apt.conf.d/51aicluster-nvidia"
 PEERMEM_CONF = "/etc/modules-load.d/aicluster-nvidia-peermem.conf"
+#: nvidia-persistenced with persistence mode on (the packaged unit turns it off).
+PERSISTENCED_DROPIN_DIR = "/etc/systemd/system/nvidia-persistenced.service.d"
+PERSISTENCED_DROPIN = f"{PERSISTENCED_DROPIN_DIR}/aicluster.conf"
 
 #: The first PCI device id of Blackwell: these GPUs run only with the open modules.
 BLACKWELL_FIRST_DEVICE = 0x2900
@@ -119,8 +122,19 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
 # ---------------------------------------------------------------------------
 
 
+#: The first driver branch of each CUDA major version (the newest CUDA the driver runs:
+#: CUDA 12 needs 525, CUDA 13 needs 580): DCGM 4's datacenter-gpu-manager-4-cuda<major>.
+CUDA_MAJOR_BRANCHES = ((580, 13), (525, 12), (450, 11))
+
+
+def cuda_major(branch: Any) -> int:
+    """The CUDA major version driver branch ``branch`` runs (570: 12, 580: 13)."""
+    return next((major for first, major in CUDA_MAJOR_BRANCHES if int(branch) >= first), 11)
+
+
 def _subst(text: str, v: Mapping[str, Any]) -> str:
-    return str(text).replace("{branch}", str(v["nvidia_driver_branch"]))
+    return (str(text).replace("{branch}", str(v["nvidia_driver_branch"]))
+            .replace("{cuda_major}", str(cuda_major(v["nvidia_driver_branch"]))))
 
 
 def _auto(value: Any, detected: bool) -> bool:
@@ -245,7 +259,7 @@ def decide(
         action = "change"
     extra: list[str] = list(v["nvidia_lock_packages"] or [])
     if v["nvidia_dcgm"]:
-        extra += v["nvidia_dcgm_packages"]
+        extra += [_subst(p, v) for p in v["nvidia_dcgm_packages"]]
     if v["nvidia_container_toolkit"]:
         extra += v["nvidia_container_toolkit_packages"]
     if v["nvidia_cuda_version"]:
@@ -259,6 +273,7 @@ def decide(
         services.append("nvidia-fabricmanager")
     if v["nvidia_dcgm"]:
         services.append("nvidia-dcgm")
+    peermem, peermem_reason = _peermem(v, node)
     runtimes = list(node.get("runtimes") or []) if v["nvidia_container_toolkit"] else []
     configured = set(node.get("runtimes_configured") or [])
     install_args = ([f"--module {stream}"] if stream else []) + (
@@ -275,11 +290,13 @@ def decide(
             "fabric_manager": fm_package,
             "fabric_manager_missing": bool(fm_package) and fm_package not in have,
             "install_args": " ".join(install_args),
+            # NVSwitch nodes: verify also waits for Fabric Manager and the GPUs' fabric.
+            "verify_args": "--fabric-manager" if fm_package else "",
             "installed": installed,
             "loaded": loaded,
             "unheld": list(node.get("unheld") or []),
-            "peermem": _auto(v["nvidia_peermem"],
-                             bool(node.get("rdma")) or bool(v["nvidia_ib_declared"])),
+            "peermem": peermem,
+            "peermem_reason": peermem_reason,
             "peermem_loaded": bool(node.get("peermem_loaded")),
             "extra_packages": extra,
             "extra_missing": [p for p in extra if p not in have],
@@ -290,6 +307,28 @@ def decide(
         }
     )
     return out
+
+
+def _peermem(v: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether nvidia-peermem is loaded here, and why (or why not).
+
+    nvidia-peermem registers with ib_core's peer-memory API, which only MLNX_OFED's and
+    DOCA-OFED's ib_core have: with the kernel's inbox RDMA stack its init fails
+    (-EINVAL), at every boot. There GPUDirect RDMA goes through DMA-BUF (the open kernel
+    modules and a recent kernel; NCCL and UCX use it by themselves), which needs no
+    module. So ``auto`` loads it only where RDMA devices are (present or
+    ``hardware.ib_ports`` declared) AND MLNX_OFED/DOCA-OFED is (``ofed_info``, or the
+    running ib_core exports ib_register_peer_memory_client); true or false decide."""
+    choice = v["nvidia_peermem"]
+    if choice != "auto":
+        wanted_here = _auto(choice, False)
+        return wanted_here, "nvidia_peermem is " + ("true" if wanted_here else "false")
+    if not (node.get("rdma") or v["nvidia_ib_declared"]):
+        return False, "no RDMA device here"
+    if node.get("ofed") or node.get("peer_memory_api"):
+        return True, f"RDMA devices and {node.get('ofed') or 'a peer-memory ib_core'} here"
+    return False, ("inbox RDMA stack, no MLNX_OFED/DOCA-OFED peer-memory API: GPUDirect "
+                   "RDMA goes through DMA-BUF")
 
 
 def _summary(name, action, want, installed, loaded, flavour, count, model) -> str:
@@ -334,7 +373,8 @@ def repo_location(distribution: Mapping[str, Any] | None, arch: str | None) -> l
 #: nvidia-peermem's boot load removed. The driver stays installed and held.
 REMOVAL = {
     "nvidia": {"services": ["nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced"],
-               "files": [APT_PIN, UNATTENDED, DRIVER_SCRIPT, PEERMEM_CONF]},
+               "files": [APT_PIN, UNATTENDED, DRIVER_SCRIPT, PEERMEM_CONF,
+                         PERSISTENCED_DROPIN]},
 }
 #: Why the inventory's remove_packages may not name nvidia.
 KEEP_PACKAGES = ("the NVIDIA driver's packages are held and its kernel modules in use, so "

@@ -50,6 +50,8 @@ if command -v modinfo >/dev/null 2>&1; then
   fi
 fi
 [ -d /sys/module/nvidia_peermem ] && echo "peermem=loaded"
+command -v ofed_info >/dev/null 2>&1 && echo "ofed=$(ofed_info -s 2>/dev/null | head -n 1)"
+grep -qsw ib_register_peer_memory_client /proc/kallsyms && echo "peer_memory=ib_core"
 for d in /sys/class/infiniband/*; do [ -e "$d" ] && echo "rdma=${d##*/}"; done
 if command -v containerd >/dev/null 2>&1; then
   echo "runtime=containerd"
@@ -104,6 +106,8 @@ def parse(lines: Iterable[str]) -> dict[str, Any]:
         "installed": "",
         "open_modules": False,
         "peermem_loaded": False,
+        "ofed": "",
+        "peer_memory_api": False,
         "rdma": [],
         "runtimes": [],
         "runtimes_configured": [],
@@ -152,6 +156,14 @@ def parse(lines: Iterable[str]) -> dict[str, Any]:
             out["open_modules"] = "GPL" in value
         elif key == "peermem":
             out["peermem_loaded"] = True
+        elif key == "ofed":
+            # MLNX_OFED or DOCA-OFED (ofed_info -s: "MLNX_OFED_LINUX-24.10-...",
+            # "OFED-internal-25.01-..."): its ib_core has the peer-memory API.
+            out["ofed"] = value or "installed"
+        elif key == "peer_memory":
+            # The running ib_core exports ib_register_peer_memory_client (MLNX_OFED's
+            # and DOCA-OFED's do; the kernel's own inbox one does not).
+            out["peer_memory_api"] = True
         elif key == "rdma":
             out["rdma"].append(value)
         elif key == "runtime":
