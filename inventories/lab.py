@@ -42,14 +42,17 @@ def _gpu_worker(n: int) -> tuple[str, dict]:
                         "mtu": 9000,
                     },
                 ],
+                # Each HCA by its PCI address: rdma-core renames mlx5_N to a persistent
+                # name (ibp26s0, ...) at the first reboot, the slot stays
+                # (docs/components/infiniband.md, "Naming the ports").
                 "ib_ports": [
                     {
-                        "device": f"mlx5_{i}",
+                        "pci": f"0000:{bus}:00.0",
                         "port": 1,
                         "rate_gbps": 400,
                         **({"network": "ib", "address": f"10.40.0.{20 + n}"} if i == 0 else {}),
                     }
-                    for i in range(4)
+                    for i, bus in enumerate(("1a", "3c", "4d", "5e"))
                 ],
                 "nvme": [
                     {"device": f"/dev/disk/by-id/nvme-SAMSUNG_MZWLO3T8HCLS-00A07_S6GW{n}0001"},

@@ -235,9 +235,14 @@ class NIC(_Model):
 
 
 class IBPort(_Model):
-    """An InfiniBand HCA port, optionally carrying IPoIB on the ``ib`` network."""
+    """An InfiniBand HCA port, optionally carrying IPoIB on the ``ib`` network. It is found
+    on the node by ``guid`` or ``pci`` when given (they survive rdma-core renaming the HCA),
+    else by ``device``, the HCA's current name (kernel ``mlx5_0`` or persistent
+    ``ibp65s0f0``)."""
 
-    device: str
+    device: str | None = None
+    pci: str | None = None
+    guid: str | None = None
     port: Annotated[int, Field(ge=1, le=2)] = 1
     rate_gbps: Annotated[int, Field(ge=10, le=800)] = 400
     network: str | None = None
@@ -247,10 +252,46 @@ class IBPort(_Model):
 
     @field_validator("device")
     @classmethod
-    def _device(cls, v: str) -> str:
-        if not re.match(r"^[a-z][a-z0-9_]*[0-9]$", v):
-            raise ValueError(f"{v!r} is not an HCA name such as mlx5_0")
+    def _device(cls, v: str | None) -> str | None:
+        # The kernel's names (mlx5_0) and rdma-core's persistent ones (ibp65s0f0,
+        # ibP1p2s0f1, rocex525400c0fe1234ab, ibo3): a letter, then letters, digits or _.
+        if v is not None and not re.match(r"^[A-Za-z][A-Za-z0-9_]{0,62}$", v):
+            raise ValueError(f"{v!r} is not an HCA name such as mlx5_0 or ibp65s0f0")
         return v
+
+    @field_validator("pci")
+    @classmethod
+    def _pci(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        m = re.match(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$", v)
+        if not m:
+            raise ValueError(f"{v!r} is not a PCI address such as 0000:41:00.0")
+        domain, bus, slot, function = m.groups()
+        return f"{domain or '0000'}:{bus}:{slot}.{function}".lower()
+
+    @field_validator("guid")
+    @classmethod
+    def _guid(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        digits = v.lower().removeprefix("0x").replace(":", "")
+        if not re.match(r"^[0-9a-f]{16}$", digits) or not int(digits, 16):
+            raise ValueError(f"{v!r} is not a GUID such as 0xb8cef60300a12b3c "
+                             "or b8ce:f603:00a1:2b3c")
+        return ":".join(digits[i:i + 4] for i in range(0, 16, 4))
+
+    @model_validator(mode="after")
+    def _identified(self) -> IBPort:
+        if not (self.device or self.pci or self.guid):
+            raise ValueError("an InfiniBand port needs a device, pci or guid to be found "
+                             "on the node")
+        return self
+
+    def ident(self) -> str:
+        """What finds the port on the node: its GUID, else its PCI address, else its
+        HCA's name (aicluster.components.infiniband.derive.match_port)."""
+        return self.guid or self.pci or str(self.device)
 
     @field_validator("mtu")
     @classmethod
@@ -710,6 +751,7 @@ def validate(
     if errors:
         raise InventoryError(_collapse(errors), source)
     cluster.warnings.extend(_warnings(cluster))
+    cluster.warnings.extend(_minio_archived_warning(cluster))
     return cluster
 
 
@@ -875,7 +917,7 @@ def _check_hosts(hosts: Mapping[str, Host], cspec: ClusterSpec) -> list[str]:
                     f"{where}: hardware.ib_ports[{i}].network: unknown network "
                     f"{port.network!r}; declared: {', '.join(cspec.networks)}"
                 )
-        ports = [(p.device, p.port) for p in hw.ib_ports]
+        ports = [(p.ident(), p.port) for p in hw.ib_ports]
         for i, port in enumerate(ports):
             if port in ports[:i]:
                 errors.append(f"{where}: hardware.ib_ports[{i}]: {port[0]} port {port[1]} is "
@@ -1039,6 +1081,20 @@ def _warnings(cluster: Cluster) -> list[str]:
             "(name a second host for a backup controller)"
         )
     return warnings
+
+
+def _minio_archived_warning(cluster: Cluster) -> list[str]:
+    """The minio component installs MinIO's community edition, which is archived upstream
+    (docs/components/minio.md): say so whenever the plan has MinIO hosts."""
+    hosts = cluster.group("minio")
+    if not hosts:
+        return []
+    return [
+        f"host {hosts[0]!r}: groups: minio: MinIO's community edition is archived upstream "
+        "and gets no more releases or security fixes; the pinned release still installs "
+        "(from its GitHub release assets, minio_release_base_url); plan a move to a "
+        "maintained S3 store (docs/components/minio.md)"
+    ]
 
 
 # ---------------------------------------------------------------------------

@@ -221,21 +221,142 @@ def test_the_port_fact_parses_what_the_node_prints():
     from aicluster.components.infiniband.probe import parse
 
     ports = parse([
-        "mlx5_0 1 ACTIVE 400 InfiniBand ibp12s0",
-        "mlx5_2 1 DOWN 100 Ethernet ens3f0np0",
-        "mlx5_3 2 INIT - InfiniBand -",
+        "ibp65s0f0 1 ACTIVE 400 InfiniBand ibp65s0f0 0000:41:00.0 b8ce:f603:00a1:2b3c "
+        "b8ce:f603:00a1:2b3c",
+        "mlx5_2 1 DOWN 100 Ethernet ens3f0np0 0000:C1:00.1 - -",
+        "mlx5_3 2 INIT - InfiniBand - - 0000:0000:0000:0000 -",
+        "mlx5_4 1 ACTIVE 200 InfiniBand ib0",  # an older command's line
         "not a port line",
     ])
     assert ports == [
-        {"device": "mlx5_0", "port": 1, "state": "ACTIVE", "rate_gbps": 400.0,
-         "link_layer": "InfiniBand", "netdev": "ibp12s0"},
+        {"device": "ibp65s0f0", "port": 1, "state": "ACTIVE", "rate_gbps": 400.0,
+         "link_layer": "InfiniBand", "netdev": "ibp65s0f0", "pci": "0000:41:00.0",
+         "node_guid": "b8ce:f603:00a1:2b3c", "port_guid": "b8ce:f603:00a1:2b3c"},
         {"device": "mlx5_2", "port": 1, "state": "DOWN", "rate_gbps": 100.0,
-         "link_layer": "Ethernet", "netdev": "ens3f0np0"},
+         "link_layer": "Ethernet", "netdev": "ens3f0np0", "pci": "0000:c1:00.1",
+         "node_guid": None, "port_guid": None},
         {"device": "mlx5_3", "port": 2, "state": "INIT", "rate_gbps": None,
-         "link_layer": "InfiniBand", "netdev": None},
+         "link_layer": "InfiniBand", "netdev": None, "pci": None, "node_guid": None,
+         "port_guid": None},
+        {"device": "mlx5_4", "port": 1, "state": "ACTIVE", "rate_gbps": 200.0,
+         "link_layer": "InfiniBand", "netdev": "ib0", "pci": None, "node_guid": None,
+         "port_guid": None},
     ]
     # No HCA: nothing, not an error.
     assert parse([]) == []
+
+
+def _sysfs(root, name, pci, guid, netdev):
+    """A STAND-IN sysfs HCA laid out as the kernel's (/sys/class/infiniband/<name> a link
+    into /sys/devices, ``device`` a link to its PCI function, one port with GID 0)."""
+    import os
+
+    function = root / "devices" / "pci0000:40" / pci
+    hca = function / "infiniband" / name
+    port = hca / "ports" / "1"
+    (port / "gids").mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+    (port / "link_layer").write_text("InfiniBand\n")
+    (port / "gids" / "0").write_text(f"fe80:0000:0000:0000:{guid}\n")
+    (hca / "node_guid").write_text(f"{guid}\n")
+    os.symlink(function, hca / "device")
+    (function / "net" / netdev).mkdir(parents=True)
+    (function / "net" / netdev / "dev_port").write_text("0\n")
+    (root / "class" / "infiniband").mkdir(parents=True, exist_ok=True)
+    os.symlink(hca, root / "class" / "infiniband" / name)
+
+
+def test_the_port_fact_reads_pci_address_and_guids_of_a_renamed_hca(tmp_path):
+    """The fact's own shell, run here on a STAND-IN sysfs tree: an HCA rdma-core renamed
+    (ibp65s0f0) is read with its PCI function and its node and port GUIDs."""
+    import subprocess
+
+    from aicluster.components.infiniband.probe import PORTS_COMMAND, parse
+
+    _sysfs(tmp_path, "ibp65s0f0", "0000:41:00.0", "b8ce:f603:00a1:2b3c", "ibp65s0f0")
+    _sysfs(tmp_path, "mlx5_1", "0000:42:00.0", "b8ce:f603:00a1:2b3d", "ibp66s0")
+    command = PORTS_COMMAND.replace("/sys/class/infiniband", str(tmp_path / "class/infiniband"))
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    ports = parse(out.stdout.splitlines())
+    assert [(p["device"], p["pci"], p["node_guid"], p["port_guid"], p["netdev"], p["state"])
+            for p in ports] == [
+        ("ibp65s0f0", "0000:41:00.0", "b8ce:f603:00a1:2b3c", "b8ce:f603:00a1:2b3c",
+         "ibp65s0f0", "ACTIVE"),
+        ("mlx5_1", "0000:42:00.0", "b8ce:f603:00a1:2b3d", "b8ce:f603:00a1:2b3d", "ibp66s0",
+         "ACTIVE"),
+    ]
+
+
+# --- ports named so that rdma-core's renaming (mlx5_0 -> ibp65s0f0) does not lose them ---
+
+
+def _renamed():
+    """The node's ports once rdma-core's 60-rdma-persistent-naming.rules renamed its HCAs
+    (NAME_FALLBACK: by PCI location) and it rebooted."""
+    return [
+        {"device": "ibp65s0f0", "port": 1, "state": "ACTIVE", "rate_gbps": 400.0,
+         "link_layer": "InfiniBand", "netdev": "ibp65s0f0", "pci": "0000:41:00.0",
+         "node_guid": "b8ce:f603:00a1:2b3c", "port_guid": "b8ce:f603:00a1:2b3c"},
+        {"device": "ibp66s0f0", "port": 1, "state": "ACTIVE", "rate_gbps": 400.0,
+         "link_layer": "InfiniBand", "netdev": "ibp66s0f0", "pci": "0000:42:00.0",
+         "node_guid": "b8ce:f603:00a1:2b3d", "port_guid": "b8ce:f603:00a1:2b3d"},
+    ]
+
+
+def _named(first: dict, second: dict):
+    """gpu1 with its two ports identified as given (the first carries IPoIB)."""
+    return [("gpu1", {"ssh_hostname": "10.10.0.21", "infiniband_opensm_priority": 15,
+                      "hardware": {"ib_ports": [
+                          {**first, "port": 1, "network": "ib", "address": "10.40.0.21"},
+                          {**second, "port": 1}]}})]
+
+
+def _plan_named(hosts, found):
+    return plan(hosts, {"ib_nodes": ["gpu1"]}, CLUSTER,
+                _facts("debian12", hosts, ports={"gpu1": found}), infiniband.deploy)
+
+
+@pytest.mark.parametrize("first,second", [
+    ({"pci": "0000:41:00.0"}, {"pci": "42:00.0"}),
+    ({"guid": "0xB8CEF60300A12B3C"}, {"guid": "b8ce:f603:00a1:2b3d"}),
+    # device then only labels the port: the kernel's name the node no longer has
+    ({"device": "mlx5_0", "pci": "0000:41:00.0"}, {"device": "mlx5_1", "guid": "b8cef60300a12b3d"}),
+    # the persistent name, as the node shows it
+    ({"device": "ibp65s0f0"}, {"device": "ibp66s0f0"}),
+], ids=["pci", "guid", "kernel-name-and-pci-or-guid", "persistent-name"])
+def test_ports_named_by_pci_guid_or_persistent_name_survive_renaming(first, second):
+    p = _plan_named(_named(first, second), _renamed())
+    text = p.upload("gpu1", "/etc/systemd/network/61-aicluster-ipoib-ibp65s0f0.network")
+    assert "Name=ibp65s0f0" in text and "Address=10.40.0.21/24" in text
+    # the same inventory before the rename (the kernel's names) finds the same ports
+    # where it names them by pci or guid
+    if "pci" in first or "guid" in first:
+        before = [{**f, "device": f"mlx5_{i}"} for i, f in enumerate(_renamed())]
+        p = _plan_named(_named(first, second), before)
+        assert p.upload("gpu1", "/etc/systemd/network/61-aicluster-ipoib-ibp65s0f0.network")
+
+
+def test_kernel_names_the_node_no_longer_has_stop_the_deploy_saying_how_to_name_them():
+    hosts = _named({"device": "mlx5_0"}, {"device": "mlx5_1"})
+    # still working where the node keeps the kernel's names
+    before = [{**f, "device": f"mlx5_{i}"} for i, f in enumerate(_renamed())]
+    assert _plan_named(hosts, before).upload(
+        "gpu1", "/etc/systemd/network/61-aicluster-ipoib-ibp65s0f0.network")
+    with pytest.raises(DeployError) as caught:
+        _plan_named(hosts, _renamed())
+    message = str(caught.value)
+    assert "not found: mlx5_0 port 1, mlx5_1 port 1" in message
+    assert "ibp65s0f0 port 1 (pci 0000:41:00.0, guid b8ce:f603:00a1:2b3c)" in message
+    assert "name the port by its pci or guid" in message
+
+
+def test_a_pci_or_guid_the_node_lacks_stops_the_deploy():
+    hosts = _named({"pci": "0000:41:00.0"}, {"pci": "0000:43:00.0", "guid": "b8ce:f603:00a1:2b3d"})
+    with pytest.raises(DeployError) as caught:
+        _plan_named(hosts, _renamed())
+    assert "not found: guid b8ce:f603:00a1:2b3d pci 0000:43:00.0 port 1" in str(caught.value)
+    assert "name the port by" not in str(caught.value)
 
 
 def test_roce_ports_need_no_subnet_manager(caplog):

@@ -56,7 +56,8 @@ def test_lab_groups(lab):
 def test_lab_hardware_is_parsed(lab):
     gpu1 = lab.hosts["gpu1"].spec.hardware
     assert (gpu1.gpus.model, gpu1.gpus.count, gpu1.gpus.nvswitch) == ("H100-SXM5-80GB", 8, True)
-    assert [p.device for p in gpu1.ib_ports] == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    assert [p.pci for p in gpu1.ib_ports] == ["0000:1a:00.0", "0000:3c:00.0", "0000:4d:00.0",
+                                              "0000:5e:00.0"]
     assert gpu1.ib_ports[0].mtu == 2044 and gpu1.ib_ports[0].mode == "datagram"
     assert [n.mac for n in gpu1.nics] == ["b8:3f:d2:00:01:01", "b8:3f:d2:00:01:02"]
     assert len(lab.hosts["storage1"].spec.hardware.nvme) == 4
@@ -73,7 +74,11 @@ def test_lab_cluster_settings(lab):
 def test_lab_warns_of_a_single_slurm_controller(lab):
     assert lab.warnings == [
         "slurm_controller has one host: it is a single point of failure "
-        "(name a second host for a backup controller)"
+        "(name a second host for a backup controller)",
+        "host 'storage1': groups: minio: MinIO's community edition is archived upstream "
+        "and gets no more releases or security fixes; the pinned release still installs "
+        "(from its GitHub release assets, minio_release_base_url); plan a move to a "
+        "maintained S3 store (docs/components/minio.md)",
     ]
 
 

@@ -119,3 +119,105 @@ def test_bad_slurm_input_is_refused_naming_host_and_field(spec, changes, wanted)
     errors = _bad(spec, changes)
     assert len(errors) == 1, errors
     assert errors[0].startswith(wanted), errors[0]
+
+
+# --- Slurm's NVML plugin: the fact's shell and the decision both engines take ---------
+
+
+def _nvml_shell(tmp_path, tool: str, script: str, plugin_dir: str | None) -> list[str]:
+    """NVML_COMMAND run here with its plugin paths moved under ``tmp_path`` (a STAND-IN
+    plugin file where ``plugin_dir`` names one) and a STAND-IN ``tool`` (dpkg-query or
+    rpm) on PATH that answers as ``script`` says."""
+    import os
+    import shutil
+    import subprocess
+
+    from aicluster.components.slurm.probe import NVML_COMMAND, NVML_PLUGIN_PATHS
+
+    command = NVML_COMMAND
+    for path in NVML_PLUGIN_PATHS:
+        command = command.replace(path, f"{tmp_path}{path}")
+    if plugin_dir:
+        (tmp_path / plugin_dir.lstrip("/")).mkdir(parents=True)
+        (tmp_path / plugin_dir.lstrip("/") / "gpu_nvml.so").write_bytes(b"\x7fELF")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("sh", "sed", "grep", "head"):
+        (bindir / name).symlink_to(shutil.which(name))
+    (bindir / tool).write_text(f"#!/bin/sh\n{script}\n")
+    (bindir / tool).chmod(0o755)
+    proc = subprocess.run([str(bindir / "sh"), "-c", command], capture_output=True, text=True,
+                          env={**os.environ, "PATH": str(bindir)}, check=True)
+    return proc.stdout.splitlines()
+
+
+#: A STAND-IN dpkg-query answering as Debian 12's does (formats of dpkg-query 1.21):
+#: ``-S`` prints "package: path", ``-W -f`` the format asked for.
+DPKG = r"""
+case "$1 $2" in
+  "-S "*) case "$2" in */slurm-wlm/gpu_nvml.so) echo "slurm-wlm-nvml-plugin: $2";;
+          *) echo "dpkg-query: no path found matching pattern $2" >&2; exit 1;; esac;;
+  "-W -f") case "$3 $4" in
+     '${Version} slurm-wlm-nvml-plugin') printf '22.05.8-4+deb12u2';;
+     '${Status} ${Version} slurmd') printf 'install ok installed 22.05.8-4+deb12u3';;
+     *) exit 1;; esac;;
+esac
+"""
+
+
+def test_nvml_probe_reads_a_debian_plugin_and_slurmds_version(tmp_path):
+    from aicluster.components.slurm.probe import parse_nvml
+
+    lines = _nvml_shell(tmp_path, "dpkg-query", DPKG, "/usr/lib/x86_64-linux-gnu/slurm-wlm")
+    assert parse_nvml(lines) == {
+        "plugin": f"{tmp_path}/usr/lib/x86_64-linux-gnu/slurm-wlm/gpu_nvml.so",
+        "package": "slurm-wlm-nvml-plugin", "version": "22.05.8-4+deb12u2",
+        "slurmd": "22.05.8-4+deb12u3"}
+
+
+def test_nvml_probe_without_the_plugin_reads_only_slurmd(tmp_path):
+    from aicluster.components.slurm.probe import parse_nvml
+
+    lines = _nvml_shell(tmp_path, "dpkg-query", DPKG, None)
+    assert lines == ["slurmd 22.05.8-4+deb12u3"]
+    assert parse_nvml(lines)["plugin"] is None and parse_nvml([])["slurmd"] is None
+
+
+def test_nvml_probe_reads_an_el_plugin_with_rpm(tmp_path):
+    from aicluster.components.slurm.probe import parse_nvml
+
+    rpm = r"""
+case "$1" in
+  -qf) printf 'package slurm 22.05.9-1.el9\n';;
+  -q) printf 'slurmd 22.05.9-1.el9\n';;
+esac
+"""
+    lines = _nvml_shell(tmp_path, "rpm", rpm, "/usr/lib64/slurm")
+    fact = parse_nvml(lines)
+    assert fact["package"] == "slurm" and fact["version"] == fact["slurmd"] == "22.05.9-1.el9"
+
+
+def test_both_engines_take_the_gres_decision_from_the_same_code():
+    """The Ansible role's filter is derive's, fed the probes' raw output; the pyinfra
+    deploy calls derive.gres_autodetect with the parsed facts."""
+    import importlib.util
+
+    from aicluster.components.slurm import derive
+
+    spec = importlib.util.spec_from_file_location(
+        "aicluster_slurm_filters", PROJECT_ROOT / "roles/slurm/filter_plugins/aicluster_slurm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    decide = module.FilterModule().filters()["aicluster_slurm_gres_autodetect"]
+    assert decide is derive.gres_autodetect_probed
+    older = ["plugin /usr/lib/x86_64-linux-gnu/slurm-wlm/gpu_nvml.so",
+             "package slurm-wlm-nvml-plugin 22.05.8-4+deb12u2", "slurmd 22.05.8-4+deb12u3"]
+    same = [*older[:1], "package slurm-wlm-nvml-plugin 22.05.8-4+deb12u3", older[2]]
+    assert decide(None, 8, "yes\n", same, "22.05.8") == {"enabled": True, "why": ""}
+    result = decide(None, 8, "yes\n", older, "22.05.8")
+    assert not result["enabled"] and "is not slurmd's version" in result["why"]
+    assert not decide(None, 8, "yes", older[2:], "")["enabled"]       # no plugin
+    assert decide(None, 8, "no", same, "") == {"enabled": False, "why": ""}  # no driver
+    assert decide(None, 0, "yes", same, "")["enabled"] is False        # no GPUs
+    assert decide(True, 8, "no", [], "")["enabled"] is True             # the setting decides
+    assert decide(False, 8, "yes", same, "")["enabled"] is False

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from aicluster.common.versions import version_matches
-from aicluster.components.slurm.derive import restart_needed
+from aicluster.components.slurm.derive import gres_autodetect_probed, restart_needed
 
 
 class FilterModule:
@@ -12,4 +12,5 @@ class FilterModule:
         return {
             "aicluster_slurm_restart_needed": restart_needed,
             "aicluster_slurm_version_matches": version_matches,
+            "aicluster_slurm_gres_autodetect": gres_autodetect_probed,
         }

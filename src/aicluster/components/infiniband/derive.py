@@ -51,9 +51,13 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
     if mine is not None:
         role = "primary" if sms[0][0] == host_name else "standby"
     return {
-        "infiniband_declared_ports": [{"device": p.device, "port": p.port} for p in hw.ib_ports],
+        "infiniband_declared_ports": [
+            {"device": p.device, "pci": p.pci, "guid": p.guid, "port": p.port}
+            for p in hw.ib_ports
+        ],
         "infiniband_ipoib_ports": [
-            {"device": p.device, "port": p.port, "network": p.network,
+            {"device": p.device, "pci": p.pci, "guid": p.guid, "port": p.port,
+             "network": p.network,
              "addresses": [f"{p.address}/{cluster.spec.networks[p.network].subnet.prefixlen}"]
              if p.address is not None and p.network in cluster.spec.networks else [],
              "mode": p.mode, "mtu": p.mtu}
@@ -102,26 +106,71 @@ def validate(cluster: Cluster) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
+def port_label(port: Mapping[str, Any]) -> str:
+    """A declared port as a person reads it: what identifies it, then its number
+    (``pci 0000:41:00.0 port 1``, ``mlx5_0 port 1``)."""
+    ids = [f"guid {port['guid']}" if port.get("guid") else "",
+           f"pci {port['pci']}" if port.get("pci") else "",
+           "" if port.get("guid") or port.get("pci") else str(port.get("device") or "")]
+    return f"{' '.join(i for i in ids if i)} port {port['port']}"
+
+
+def match_port(declared: Mapping[str, Any],
+               found: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The node's port (a :func:`~aicluster.components.infiniband.probe.parse` entry) a
+    declared port is, or None. A port named by ``guid`` (its HCA's node GUID or the port's
+    GUID) or ``pci`` (the HCA's PCI function) is found by those, whatever the HCA is called
+    now (rdma-core's udev rule renames ``mlx5_0`` to e.g. ``ibp65s0f0``); its ``device``
+    is then only a label. A port named by ``device`` alone is found by the HCA's current
+    name, the kernel's or the persistent one, whichever the node has."""
+    def fits(f: Mapping[str, Any]) -> bool:
+        if f.get("port") != declared["port"]:
+            return False
+        if declared.get("guid") or declared.get("pci"):
+            if declared.get("guid") and declared["guid"] not in (f.get("node_guid"),
+                                                                 f.get("port_guid")):
+                return False
+            return not declared.get("pci") or f.get("pci") == declared["pci"]
+        return f.get("device") == declared.get("device")
+
+    hits = [f for f in found if fits(f)]
+    return hits[0] if len(hits) == 1 else None
+
+
 def missing_ports(host_name: str, declared: list[Mapping[str, Any]],
                   found: list[Mapping[str, Any]]) -> str | None:
     """Why the deploy stops when the node lacks HCA ports the inventory declares."""
-    have = {(f["device"], f["port"]) for f in found}
-    missing = [f"{d['device']} port {d['port']}" for d in declared
-               if (d["device"], d["port"]) not in have]
+    missing = [d for d in declared if match_port(d, found) is None]
     if not missing:
         return None
-    seen = ", ".join(f"{f['device']} port {f['port']}" for f in found) or "none"
+    seen = ", ".join(
+        f"{f['device']} port {f['port']}"
+        + (f" (pci {f['pci']}, guid {f['node_guid']})" if f.get("pci") and f.get("node_guid")
+           else f" (pci {f['pci']})" if f.get("pci") else "")
+        for f in found) or "none"
+    hint = ""
+    if any(not (d.get("pci") or d.get("guid")) for d in missing) and found:
+        hint = ("; HCA names change when rdma-core's udev rule renames them "
+                "(mlx5_0 -> ibp65s0f0, 60-rdma-persistent-naming.rules): name the port "
+                "by its pci or guid instead (docs/components/infiniband.md)")
     return (
         f"infiniband: host {host_name!r}: the inventory declares {len(declared)} InfiniBand "
         f"port(s) (hardware.ib_ports), the node has {len(declared) - len(missing)} of them; "
-        f"not found: {', '.join(missing)} (the node has: {seen})"
+        f"not found: {', '.join(port_label(d) for d in missing)} (the node has: {seen})"
+        f"{hint}"
     )
 
 
 def with_netdevs(ports: list[Mapping[str, Any]], found: list[Mapping[str, Any]]) -> list[dict]:
-    """The IPoIB ports with the network interface the node has on each."""
-    netdev = {(f["device"], f["port"]): f.get("netdev") for f in found}
-    return [{**p, "netdev": netdev.get((p["device"], p["port"]))} for p in ports]
+    """The IPoIB ports with the node's name of their HCA (``device``) and the network
+    interface the node has on each (``netdev``, None where it has none)."""
+    out = []
+    for p in ports:
+        f = match_port(p, found)
+        out.append({**p, "device": f["device"] if f else (p.get("device") or p.get("pci")
+                                                           or p.get("guid")),
+                    "netdev": f.get("netdev") if f else None})
+    return out
 
 
 def opensm_decision(v: Mapping[str, Any], found: list[Mapping[str, Any]]) -> tuple[bool, str]:

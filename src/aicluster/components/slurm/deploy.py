@@ -19,7 +19,7 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, server, systemd
 
 from aicluster.common.facts import UnitLoaded
-from aicluster.common.ops import put_template, this_host
+from aicluster.common.ops import put_template, say, this_host
 from aicluster.common.settings import NETWORK_ARGS
 from aicluster.common.versions import version_matches
 from aicluster.components.slurm.derive import (
@@ -32,10 +32,17 @@ from aicluster.components.slurm.derive import (
     MUNGE_KEY,
     SLURM_CONF,
     _render_conf,
+    gres_autodetect,
     node_packages,
     restart_needed,
 )
-from aicluster.components.slurm.facts import CgroupWritable, MariadbUser, NvidiaDriver, SlurmConf
+from aicluster.components.slurm.facts import (
+    CgroupWritable,
+    MariadbUser,
+    NvidiaDriver,
+    NvmlPlugin,
+    SlurmConf,
+)
 from aicluster.inventory import Cluster
 from aicluster.render import defaults
 from aicluster.secrets import SecretError, read_secret
@@ -67,13 +74,25 @@ def _cluster_cgroup(cluster: Cluster, v: Mapping[str, Any]) -> bool:
 def deploy() -> None:
     cluster, family, v = this_host("slurm")
     v["slurm_cgroup_enabled"] = _cluster_cgroup(cluster, v)
-    if v["slurm_gres_autodetect"] is None:
-        v["slurm_gres_autodetect_enabled"] = bool(host.get_fact(NvidiaDriver))
+    _gres_autodetect(v)
 
     upgrading = _packages(v, family)
     _munge(cluster, v)
     confs = _config(v)
     _daemons(v, confs, upgrading)
+
+
+def _gres_autodetect(v: dict[str, Any]) -> None:
+    """AutoDetect=nvml only where the driver is loaded and Slurm's NVML plugin is the
+    installed slurmd's (aicluster.components.slurm.derive.gres_autodetect); the facts are
+    read only where they decide."""
+    choice, gpus = v["slurm_gres_autodetect"], int(v["slurm_gres_count"])
+    driver = choice is None and gpus > 0 and bool(host.get_fact(NvidiaDriver))
+    nvml = host.get_fact(NvmlPlugin) if driver else None
+    enabled, why = gres_autodetect(choice, gpus, driver, nvml, v["slurm_version"])
+    v["slurm_gres_autodetect_enabled"] = enabled
+    if why:
+        say(f"slurm: {why}")
 
 
 def _packages(v: dict[str, Any], family: str) -> bool:

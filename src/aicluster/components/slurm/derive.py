@@ -11,7 +11,13 @@ import hostlist
 
 from aicluster.common.absence import keep_one
 from aicluster.common.settings import config_text, layered, merge_config, setting
-from aicluster.components.slurm.probe import CGROUP_COMMAND, NVIDIA_COMMAND
+from aicluster.common.versions import version_matches
+from aicluster.components.slurm.probe import (
+    CGROUP_COMMAND,
+    NVIDIA_COMMAND,
+    NVML_COMMAND,
+    parse_nvml,
+)
 from aicluster.inventory import Cluster
 from aicluster.secrets import secret_ref as _secret_ref
 
@@ -174,10 +180,66 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
             {*controllers, *cluster.group("slurm_workers"), *cluster.group("slurm_dbd")}
         ),
         # What the Ansible role runs to read the nodes (the pyinfra facts' commands).
-        "slurm_probe_commands": {"cgroup": CGROUP_COMMAND, "nvidia": NVIDIA_COMMAND},
+        "slurm_probe_commands": {"cgroup": CGROUP_COMMAND, "nvidia": NVIDIA_COMMAND,
+                                 "nvml": NVML_COMMAND},
         # Where the munge key is (a reference, never the key).
         "slurm_munge_key_ref": munge_key_ref(cluster, data),
     }
+
+
+def gres_autodetect(choice: bool | None, gpus: int, driver: bool,
+                    nvml: Mapping[str, Any] | None, slurm_version: str = "") -> tuple[bool, str]:
+    """Whether gres.conf says ``AutoDetect=nvml`` (True) or names each GPU's device
+    (False), and why not when the node's NVIDIA driver is loaded ("" otherwise).
+
+    ``choice`` is ``slurm_gres_autodetect`` (True/False decide; None detects), ``gpus``
+    the node's GRES count (none: nothing to detect), ``driver`` whether the NVIDIA driver
+    is loaded, ``nvml`` what :func:`aicluster.components.slurm.probe.parse_nvml` read,
+    ``slurm_version`` the pinned version. NVML autodetection needs
+    Slurm's gpu/nvml plugin (``gpu_nvml.so``), which Debian and Ubuntu ship apart from
+    slurmd (``slurm-wlm-nvml-plugin``, built against one Slurm version) and EPEL not at
+    all. Without it, or with a plugin from another version than the installed slurmd, or
+    with a slurmd this run upgrades, slurmd would find no GPU and Slurm would mark the node
+    INVAL ("gres/gpu count reported lower than configured"): the explicit lines are
+    written instead."""
+    if choice is not None:
+        return bool(choice), ""
+    if not gpus or not driver:
+        return False, ""
+    nvml = nvml or {}
+    plugin, package, version = nvml.get("plugin"), nvml.get("package"), nvml.get("version")
+    slurmd = nvml.get("slurmd")
+    lead = "the NVIDIA driver is loaded, but "
+    if not plugin:
+        return False, (lead + "Slurm's NVML plugin (gpu_nvml.so) is not installed: "
+                       "gres.conf names each GPU (Name=gpu File=)")
+    if not package or not version:
+        return False, (lead + f"{plugin} belongs to no package, so its Slurm version is "
+                       "unknown: gres.conf names each GPU (set slurm_gres_autodetect: true "
+                       "if it was built for this slurmd)")
+    if not slurmd:
+        return False, (lead + "slurmd is not installed yet: gres.conf names each GPU "
+                       "(NVML is checked again on the next run)")
+    if version != slurmd:
+        return False, (lead + f"Slurm's NVML plugin ({package} {version}) is not slurmd's "
+                       f"version ({slurmd}): gres.conf names each GPU (Name=gpu File=)")
+    if not version_matches(slurmd, slurm_version):
+        return False, (lead + f"slurmd {slurmd} is upgraded to {slurm_version} in this run: "
+                       "gres.conf names each GPU (NVML is checked again on the next run)")
+    return True, ""
+
+
+def gres_autodetect_probed(choice: bool | None, gpus: int, nvidia_output: str,
+                           nvml_lines: Iterable[str], slurm_version: str = "") -> dict[str, Any]:
+    """:func:`gres_autodetect` from the probes' raw output (what the Ansible role
+    registers): ``{"enabled": bool, "why": str}``. A choice Ansible passes as text reads
+    as its ``bool`` filter does."""
+    if isinstance(choice, str):
+        text = choice.strip().lower()
+        choice = None if text in ("", "none", "null") else text in ("true", "yes", "on", "1")
+    enabled, why = gres_autodetect(choice, int(gpus or 0), str(nvidia_output).strip() == "yes",
+                                   parse_nvml(list(nvml_lines or [])), slurm_version or "")
+    return {"enabled": enabled, "why": why}
 
 
 def munge_key_ref(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, str]:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from aicluster.common.facts import YesNoFact
-from aicluster.components.slurm.probe import CGROUP_COMMAND, NVIDIA_COMMAND
+from aicluster.common.facts import ParsedFact, YesNoFact
+from aicluster.components.slurm.probe import (
+    CGROUP_COMMAND,
+    NVIDIA_COMMAND,
+    NVML_COMMAND,
+    parse_nvml,
+)
 
 
 class CgroupWritable(YesNoFact):
@@ -18,6 +23,15 @@ class NvidiaDriver(YesNoFact):
     """True when the NVIDIA kernel driver is loaded (not merely installed)."""
 
     shell = NVIDIA_COMMAND
+
+
+class NvmlPlugin(ParsedFact):
+    """Slurm's gpu/nvml plugin: its path, the package (and version) that owns it and the
+    installed slurmd's version (``{plugin, package, version, slurmd}``, None where there
+    is none)."""
+
+    shell = NVML_COMMAND
+    parse = staticmethod(parse_nvml)
 
 
 class SlurmConf(FactBase):
