@@ -35,4 +35,20 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
     echo "$want" > "$stamp"
 fi
+# nginx's binary, unpacked beside the venv (not installed: no service starts), for the
+# Ollama gateway's test (tests/unit/test_ollama_gateway_nginx.py). Debian's package has
+# the binary; Ubuntu's is in nginx-core.
+nginx_dir=.venv/opt/nginx
+if [ ! -x "$nginx_dir/usr/sbin/nginx" ] && command -v dpkg >/dev/null; then
+    tmp=$(mktemp -d)
+    for package in nginx nginx-core; do
+        (cd "$tmp" && timeout 300 apt-get download -q "$package" >/dev/null 2>&1) || {
+            timeout 600 apt-get -o Acquire::Retries=3 update -q >/dev/null
+            (cd "$tmp" && timeout 300 apt-get download -q "$package" >/dev/null 2>&1)
+        } || continue
+        mkdir -p "$nginx_dir" && dpkg -x "$tmp/${package}_"*.deb "$nginx_dir"
+        [ -x "$nginx_dir/usr/sbin/nginx" ] && break
+    done
+    rm -rf "$tmp"
+fi
 echo "aicluster: installed in $(pwd)/.venv"

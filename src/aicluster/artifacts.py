@@ -16,8 +16,10 @@ A component that installs a vendor release pins it in its defaults
 
 ``url`` is a pattern (or a mapping architecture -> pattern, for vendors whose file
 names differ by architecture) with the placeholders ``{version}``, ``{arch}``
-(``amd64``/``arm64``), ``{name}`` and ``{version_quoted}`` (the version URL-quoted:
-``1.31.4+k3s1`` -> ``1.31.4%2Bk3s1``). An optional ``filename`` pattern names the file
+(``amd64``/``arm64``), ``{name}``, ``{version_quoted}`` (the version URL-quoted:
+``1.31.4+k3s1`` -> ``1.31.4%2Bk3s1``) and ``{base_url}`` (the component's
+``<c>_release_base_url`` setting, so that a site points at a mirror of the vendor's
+releases without pinning the checksums again). An optional ``filename`` pattern names the file
 when the URL's last part does not. A version with no sha256 pinned for an
 architecture a host has is refused before anything is downloaded.
 
@@ -78,7 +80,7 @@ FETCH_HINT = (
     "copy DIR to the deploying machine and name it in the inventory as artifacts_dir"
 )
 SPEC_KEYS = frozenset({"url", "sha256", "groups", "filename"})
-PLACEHOLDERS = ("version", "arch", "name", "version_quoted")
+PLACEHOLDERS = ("version", "arch", "name", "version_quoted", "base_url")
 CHUNK = 1024 * 1024
 HEX = frozenset("0123456789abcdef")
 
@@ -140,6 +142,14 @@ def component_vars(component: str, data: Mapping[str, Any]) -> tuple[Any, Any]:
     return data.get(version_key, base.get(version_key)), data.get(spec_key, base.get(spec_key))
 
 
+def release_base_url(component: str, data: Mapping[str, Any]) -> str | None:
+    """``<c>_release_base_url`` for a host (its data over the role's defaults): what a
+    ``{base_url}`` in the component's URL patterns stands for; None when not set."""
+    key = f"{component}_release_base_url"
+    value = data.get(key, _defaults(component).get(key))
+    return str(value).rstrip("/") if value else None
+
+
 def normalize_arch(value: Any) -> str:
     """``x86_64`` -> ``amd64``, ``aarch64`` -> ``arm64``; anything else is an error."""
     arch = MACHINE_ARCH.get(str(value).strip().lower())
@@ -175,10 +185,11 @@ def artifact_from_spec(
     *,
     where: str = "",
     hosts: tuple[str, ...] = (),
+    base_url: str | None = None,
 ) -> Artifact:
-    """The artifact one pin gives for ``version`` and ``arch``; a malformed pin, or a
-    version or architecture with no checksum pinned, raises :class:`ArtifactError`
-    naming the field."""
+    """The artifact one pin gives for ``version`` and ``arch`` (``base_url``: what
+    ``{base_url}`` stands for); a malformed pin, or a version or architecture with no
+    checksum pinned, raises :class:`ArtifactError` naming the field."""
     fld = f"{component}_artifacts.{name}"
     where = f"{where}: {fld}" if where else fld
     if not isinstance(spec, Mapping):
@@ -195,18 +206,30 @@ def artifact_from_spec(
         if arch not in url_spec:
             raise ArtifactError(f"{where}.url: no URL pattern for {arch}")
         url_spec = url_spec[arch]
-    if not isinstance(url_spec, str) or not url_spec.startswith(("https://", "http://")):
+    if not isinstance(url_spec, str) or not url_spec.startswith(
+            ("https://", "http://", "{base_url}/")):
         raise ArtifactError(
             f"{where}.url: {url_spec!r} is not an http(s) URL pattern (or a mapping "
             "architecture -> pattern)"
+        )
+    if "{base_url}" in url_spec and not base_url:
+        raise ArtifactError(
+            f"{where}.url: {url_spec!r} uses {{base_url}}, but {component}_release_base_url "
+            "is not set; set it to the URL the vendor's releases are under"
         )
     values = {
         "version": version,
         "arch": arch,
         "name": name,
         "version_quoted": urllib.parse.quote(version, safe=""),
+        "base_url": base_url or "",
     }
     url = _format(url_spec, values, f"{where}.url")
+    if not url.startswith(("https://", "http://")):
+        raise ArtifactError(
+            f"{where}.url: {url!r} is not an http(s) URL ({component}_release_base_url "
+            f"is {base_url!r})"
+        )
     sums = spec.get("sha256")
     if not isinstance(sums, Mapping) or not all(isinstance(v, Mapping) for v in sums.values()):
         raise ArtifactError(
@@ -269,7 +292,8 @@ def host_artifacts(
         if groups is not None and not set(groups) & set(host.groups):
             continue
         out[str(name)] = artifact_from_spec(
-            component, str(name), spec, version, arch, where=where, hosts=(host_name,)
+            component, str(name), spec, version, arch, where=where, hosts=(host_name,),
+            base_url=release_base_url(component, host.data if data is None else data),
         )
     return out
 

@@ -176,11 +176,12 @@ IPAddressText = Annotated[str, AfterValidator(_ip)]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 #: An architecture release files are pinned for.
 Arch = Literal["amd64", "arm64"]
-_URL = re.compile(r"^https?://\S+$")
+_URL = re.compile(r"^(https?://|\{base_url\}/)\S+$")
 
 
 def _url_pattern(value: Any) -> Any:
-    """An http(s) URL pattern, or a mapping architecture -> pattern."""
+    """An http(s) URL pattern (or one under ``{base_url}``, the component's
+    ``<c>_release_base_url``), or a mapping architecture -> pattern."""
     urls = value if isinstance(value, dict) else {"": value}
     for arch, url in urls.items():
         if arch not in ("", "amd64", "arm64") or not isinstance(url, str) or not _URL.match(url):

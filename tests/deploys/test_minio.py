@@ -879,6 +879,12 @@ BAD_CLUSTER = [
     # A key minio does not have: refused with the nearest name.
     ({"minio_bucket": []}, "host 'stor1': minio_bucket: not a minio setting; did you mean "
      "minio_buckets?"),
+    ({"minio_release_base_url": "github.com/minio"},
+     "host 'stor1': minio_release_base_url: 'github.com/minio' is not an http(s) URL with no "
+     "trailing '/' (where MinIO's releases are)"),
+    ({"minio_release_base_url": "https://mirror.example.org/minio/"},
+     "host 'stor1': minio_release_base_url: 'https://mirror.example.org/minio/' is not an "
+     "http(s) URL with no trailing '/'"),
 ]
 
 
@@ -946,3 +952,77 @@ def test_tls_files_must_exist_on_the_deploying_machine(cache, tmp_path):
     hosts[1][1].pop("minio_tls_cert_file")
     text = _errors(hosts, cache)
     assert "host 'stor2': minio_tls_cert_file: not set, but host 'stor1' serves TLS" in text, text
+
+
+# ---------------------------------------------------------------------------
+# The release source: MinIO's own download site is gone (410 since September 2026); the
+# same files are the GitHub release assets of the archived projects
+# ---------------------------------------------------------------------------
+
+GITHUB = "https://github.com/minio"
+SERVER_PINS = {  # roles/minio/defaults/main.yml, unchanged by the move
+    ("2025-04-22T22-12-26Z", "amd64"):
+        "53e2a2cb16c5366ea6fbbc479c19ddb4c6a0948273e752f740fb1fbf27bb817c",
+    ("2025-04-22T22-12-26Z", "arm64"):
+        "6c2f3142c94240206123177f4ba1e360daa5d1e0a4962e90757ef4f92c3ab57c",
+    ("2025-04-08T15-41-24Z", "amd64"):
+        "aa479bd2456d0722a6737f82a1cf193aa60f934269573a6a7e024aebe1069243",
+    ("2025-04-08T15-41-24Z", "arm64"):
+        "efce312e379102256112e5ec0c310348239725f20baa245631c9a110ec6d974c",
+}
+MC_PINS = {"amd64": "ac90da87a35641be5a0ac75d49de5161ddb47d629b5ba01261b0ae9e00aea15f",
+           "arm64": "61bb88e7435919834478ddd4d405a6de6d2c227079da5e8ee9655147398819a0"}
+MC_RELEASE = "RELEASE.2025-04-16T18-13-26Z"
+
+
+def _default_pins(cache, version, arch, **extra):
+    """The artifacts a host of ``arch`` needs with the defaults' own pins."""
+    hosts = [_host("stor1", 41, hardware={"arch": arch, "nics": [
+        {"name": "ens2", "network": "storage", "speed_gbps": 100, "address": "10.30.0.41",
+         "mtu": 9000}]})]
+    data = _cluster(cache, version=version, **extra)
+    del data["minio_artifacts"]
+    cluster = validate({"stor1": (("minio",), {**data, **hosts[0][1]})})
+    return cluster, artifacts.host_artifacts(cluster, "stor1", "minio")
+
+
+@pytest.mark.parametrize("version, arch", sorted(SERVER_PINS))
+def test_the_default_pins_are_the_github_release_assets_with_the_same_checksums(
+        cache, version, arch):
+    _cluster_, arts = _default_pins(cache, version, arch)
+    server, mc = arts["minio"], arts["mc"]
+    assert server.url == (f"{GITHUB}/minio/releases/download/RELEASE.{version}/"
+                          f"minio.linux-{arch}.RELEASE.{version}")
+    assert mc.url == f"{GITHUB}/mc/releases/download/{MC_RELEASE}/mc.linux-{arch}.{MC_RELEASE}"
+    # The same files as before the move: the same checksums, and the same names in an
+    # artifact directory (aicluster artifacts fetch) and in /usr/local/bin.
+    assert server.sha256 == SERVER_PINS[(version, arch)] and mc.sha256 == MC_PINS[arch]
+    assert server.filename == f"minio.RELEASE.{version}" and mc.filename == f"mc.{MC_RELEASE}"
+    assert server.relpath == f"minio/{version}/{arch}/minio.RELEASE.{version}"
+
+
+def test_a_mirror_of_the_releases_is_a_setting_and_keeps_the_checksums(cache):
+    mirror = "https://mirror.example.org/github/minio"
+    _c, arts = _default_pins(cache, "2025-04-22T22-12-26Z", "amd64",
+                             minio_release_base_url=mirror)
+    assert arts["minio"].url == (f"{mirror}/minio/releases/download/RELEASE.2025-04-22T22-12-26Z"
+                                 "/minio.linux-amd64.RELEASE.2025-04-22T22-12-26Z")
+    assert arts["mc"].url.startswith(f"{mirror}/mc/releases/download/{MC_RELEASE}/")
+    assert arts["minio"].sha256 == SERVER_PINS[("2025-04-22T22-12-26Z", "amd64")]
+    assert arts["minio"].filename == "minio.RELEASE.2025-04-22T22-12-26Z"
+
+
+ARCHIVED = ("groups: minio: MinIO's community edition is archived upstream and gets no more "
+            "releases or security fixes")
+
+
+def test_a_plan_with_minio_hosts_warns_that_minio_is_archived(cache):
+    cluster = _validated(_four(), cache)
+    assert [w for w in cluster.warnings if ARCHIVED in w] == [
+        "host 'stor1': " + ARCHIVED + "; the pinned release still installs (from its GitHub "
+        "release assets, minio_release_base_url); plan a move to a maintained S3 store "
+        "(docs/components/minio.md)"
+    ]
+    # No MinIO host, no warning.
+    other = _validated([_host("solo", 5)], cache, groups={"ollama": ["solo"]})
+    assert not [w for w in other.warnings if "minio" in w]

@@ -213,7 +213,8 @@ def test_servers_get_the_release_the_unit_and_the_dropin(cache, distro):
         assert f"FileUploadCommand({cache / SUMS[VERSION]}, /opt/ollama/{VERSION}/{ARCHIVE})" \
             in put
         unpack = p.op(name, f"Unpack Ollama {VERSION}").text
-        assert f"tar -xf /opt/ollama/{VERSION}/{ARCHIVE} -C /opt/ollama/{VERSION}" in unpack
+        assert (f"tar --gzip -xf /opt/ollama/{VERSION}/{ARCHIVE} -C /opt/ollama/{VERSION}"
+                in unpack)
         assert f"echo {SUMS[VERSION]} > /opt/ollama/{VERSION}/.aicluster-installed" in unpack
         link = p.op(name, f"/usr/local/bin/ollama runs Ollama {VERSION}").text
         assert f"ln -s /opt/ollama/{VERSION}/bin/ollama /usr/local/bin/ollama" in link
@@ -234,6 +235,80 @@ def test_servers_get_the_release_the_unit_and_the_dropin(cache, distro):
     # The gateway host is no Ollama node: no release, no unit.
     assert not any("Ollama" in n and "gateway" not in n for n in p.names("head")), \
         p.names("head")
+
+
+def _pin(url: str) -> dict[str, Any]:
+    return {"ollama_artifacts": {"ollama": {
+        "url": url, "sha256": {v: {"amd64": s} for v, s in SUMS.items()},
+        "groups": ["ollama"]}}}
+
+
+ZST_URL = "http://127.0.0.1:9/v{version}/ollama-linux-{arch}.tar.zst"
+
+
+@pytest.mark.parametrize("url, filename, option", [
+    ("http://127.0.0.1:9/v{version}/ollama-linux-{arch}.tgz", ARCHIVE, "--gzip"),
+    (ZST_URL, "ollama-linux-amd64.tar.zst", "--zstd"),
+], ids=["tgz", "tar.zst"])
+def test_the_release_format_follows_the_pinned_file_name(cache, url, filename, option):
+    """Ollama up to 0.13.x: .tgz; from 0.14.0 on: .tar.zst. The archive keeps its pinned
+    name on the node and tar reads it with the matching decompressor."""
+    p = _plan(cache, extra=_pin(url))
+    put = p.op("gpu1", f"Ollama {VERSION} release archive").text
+    assert f"/opt/ollama/{VERSION}/{filename})" in put
+    unpack = p.op("gpu1", f"Unpack Ollama {VERSION}").text
+    assert (f"tar {option} -xf /opt/ollama/{VERSION}/{filename} -C /opt/ollama/{VERSION} "
+            "--no-same-owner") in unpack
+    assert f"echo {SUMS[VERSION]} > /opt/ollama/{VERSION}/.aicluster-installed" in unpack
+
+
+def test_both_engines_run_the_same_unpack_command(cache):
+    """The Ansible role runs the command the derive module computes, which is the one the
+    pyinfra deploy runs (a .tar.zst pin here)."""
+    import yaml
+
+    from aicluster.inventory import derived_vars
+
+    tasks = yaml.safe_load((Path(__file__).parents[2] / "roles/ollama/tasks/server.yml")
+                           .read_text())
+    unpack = next(t for t in tasks if t.get("name") == "Unpack the Ollama release")
+    assert unpack["ansible.builtin.shell"] == "{{ ollama_unpack_command }}"
+    cluster = _validate(_pin(ZST_URL))
+    command = derived_vars(cluster, "gpu1")["ollama_unpack_command"]
+    assert command.startswith(f"tar --zstd -xf /opt/ollama/{VERSION}/ollama-linux-amd64.tar.zst ")
+    assert command in _plan(cache, extra=_pin(ZST_URL)).op("gpu1", f"Unpack Ollama {VERSION}").text
+    assert derived_vars(cluster, "head")["ollama_unpack_command"] == ""  # gateway only
+
+
+@pytest.mark.parametrize("filename, compress", [
+    ("ollama-linux-amd64.tgz", ["gzip", "-n"]),
+    ("ollama-linux-amd64.tar.zst", ["zstd", "-q"]),
+], ids=["tgz", "tar.zst"])
+def test_the_unpack_command_unpacks_that_format(tmp_path, filename, compress):
+    """The command itself, run here with GNU tar on a STAND-IN archive in Ollama's
+    layout (bin/ollama, lib/ollama/), compressed as Ollama publishes it."""
+    import shutil
+    import subprocess
+
+    if not shutil.which(compress[0]):
+        pytest.skip(f"no {compress[0]} on this machine")
+    tree = tmp_path / "tree"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "lib/ollama").mkdir(parents=True)
+    (tree / "bin/ollama").write_text("#!/bin/sh\necho stand-in ollama\n")
+    (tree / "lib/ollama/libggml-base.so").write_bytes(b"stand-in library")
+    release = tmp_path / "opt/ollama/0.14.0"
+    release.mkdir(parents=True)
+    raw = subprocess.run(["tar", "-C", str(tree), "-cf", "-", "."], check=True,
+                         capture_output=True).stdout
+    packed = subprocess.run([*compress, "-c"], input=raw, check=True,
+                            capture_output=True).stdout
+    (release / filename).write_bytes(packed)
+    command = ollama_derive.unpack_command(str(release), filename, "f" * 64)
+    subprocess.run(["sh", "-c", command], check=True)
+    assert (release / "bin/ollama").read_text().startswith("#!/bin/sh")
+    assert (release / "lib/ollama/libggml-base.so").read_bytes() == b"stand-in library"
+    assert (release / ".aicluster-installed").read_text() == "f" * 64 + "\n"
 
 
 def test_the_ollama_user_is_in_the_render_and_video_groups(cache):
@@ -308,7 +383,7 @@ def test_the_gateway_balances_across_every_ollama_node(cache, distro):
         assert f"    server {ip}:11434 max_fails=3 fail_timeout=30s;\n" in conf
     assert conf.count("    server 10.20.0.") == 3
     assert "listen 10.20.0.10:11434;" in conf and "0.0.0.0" not in conf
-    for directive in ("proxy_buffering off;", "proxy_request_buffering off;",
+    for directive in ("proxy_buffering off;", "proxy_request_buffering on;",
                       "proxy_read_timeout 900s;", "proxy_send_timeout 900s;",
                       "proxy_http_version 1.1;"):
         assert directive in conf
@@ -318,6 +393,25 @@ def test_the_gateway_balances_across_every_ollama_node(cache, distro):
     assert check.runs and "nginx -t" in check.text
     assert reload_.runs and "systemctl reload-or-restart nginx.service" in reload_.text
     assert p.op("head", "Write the Ollama gateway (nginx)").index < check.index < reload_.index
+
+
+def test_a_busy_node_is_retried_elsewhere_not_counted_as_failed(cache):
+    """Ollama answers 503 when its queue is full (OLLAMA_MAX_QUEUE), before running the
+    request. What proxy_next_upstream lists counts toward max_fails (nginx), so 503 is not
+    listed: it is intercepted and the request sent once more through the upstream, from a
+    request body nginx has read whole. Connection errors and timeouts still count (nginx
+    counts them whether listed or not). tests/unit/test_ollama_gateway_nginx.py runs it."""
+    conf = _plan(cache).upload("head", GATEWAY)
+    lines = [line.strip() for line in conf.splitlines()]
+    nexts = [line for line in lines if line.startswith("proxy_next_upstream")]
+    assert nexts == ["proxy_next_upstream error timeout http_502 http_504;"]
+    assert "non_idempotent" not in conf  # a timed-out generation is never run twice
+    assert "proxy_request_buffering on;" in lines
+    main = conf[conf.index("location / {"):conf.index("location @ollama_busy {")]
+    assert "proxy_intercept_errors on;" in main and "error_page 503 = @ollama_busy;" in main
+    busy = conf[conf.index("location @ollama_busy {"):]
+    assert "proxy_pass http://ollama_nodes;" in busy
+    assert "proxy_intercept_errors" not in busy and "error_page" not in busy  # one retry
 
 
 def test_golden_gateway_dropin_and_unit(cache):
@@ -597,6 +691,11 @@ BAD = [
      "host 'cpu1': ollama_version: '0.13.0' differs from '0.13.3' on host 'gpu1'"),
     ("version-unpinned", {"ollama_version": "0.99.0"}, None,
      "ollama_artifacts.ollama.sha256: no checksum pinned for version '0.99.0'"),
+    ("release-format", {"ollama_artifacts": {"ollama": {
+        "url": "http://127.0.0.1:9/v{version}/ollama-linux-{arch}.zip",
+        "sha256": {v: {"amd64": s} for v, s in SUMS.items()}, "groups": ["ollama"]}}}, None,
+     "host 'gpu1': ollama_artifacts.ollama: the release file 'ollama-linux-amd64.zip' is not "
+     "an archive the deploy unpacks; pin the release's .tgz or .tar.gz or .tar.zst or .tzst"),
 ]
 
 

@@ -539,3 +539,42 @@ def test_list_without_artifacts(spec):
     result = CliRunner().invoke(main, ["artifacts", "list", str(spec.write())])
     assert result.exit_code == 0
     assert "no component of this inventory installs a release artifact" in result.output
+
+
+# ---------------------------------------------------------------------------
+# {base_url}: <c>_release_base_url, where a vendor's releases are (a mirror of them)
+# ---------------------------------------------------------------------------
+
+
+def test_fetch_downloads_under_the_release_base_url_into_the_pinned_file_name(
+    minio_spec, server, tmp_path, monkeypatch
+):
+    """MinIO's pins say {base_url}/minio/releases/download/...; the file keeps the
+    `filename` of the pin in the artifact directory, whatever the URL calls it."""
+    monkeypatch.setenv(artifacts.CACHE_ENV, str(tmp_path / "cache"))
+    server.files["/mirror/minio/releases/download/RELEASE.1.0.0/minio.linux-amd64.RELEASE.1.0.0"] \
+        = PAYLOAD
+    minio_spec.set("all.minio_release_base_url", server.url("/mirror"))
+    minio_spec.set("all.minio_artifacts", {"minio": {
+        "url": "{base_url}/minio/releases/download/RELEASE.{version}/"
+               "minio.linux-{arch}.RELEASE.{version}",
+        "filename": "minio.RELEASE.{version}",
+        "sha256": {"1.0.0": {"amd64": sha(PAYLOAD)}}}})
+    dest = tmp_path / "offline"
+    result = CliRunner().invoke(main, ["artifacts", "fetch", str(minio_spec.write()),
+                                       "--dest", str(dest)])
+    assert result.exit_code == 0, result.output
+    assert (dest / "minio/1.0.0/amd64/minio.RELEASE.1.0.0").read_bytes() == PAYLOAD
+    assert len(server.requests) == 1
+
+
+def test_a_base_url_pattern_needs_the_release_base_url():
+    pin_ = {"url": "{base_url}/minio/minio.RELEASE.{version}",
+            "sha256": {"1.0.0": {"amd64": sha(PAYLOAD)}}}
+    with pytest.raises(ArtifactError, match=r"minio_artifacts.minio.url: .* uses \{base_url\}, "
+                                            r"but minio_release_base_url is not set"):
+        artifacts.artifact_from_spec("minio", "minio", pin_, "1.0.0", "amd64")
+    art_ = artifacts.artifact_from_spec("minio", "minio", pin_, "1.0.0", "amd64",
+                                        base_url="https://mirror.example.org/m")
+    assert art_.url == "https://mirror.example.org/m/minio/minio.RELEASE.1.0.0"
+    assert art_.filename == "minio.RELEASE.1.0.0"

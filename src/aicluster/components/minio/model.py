@@ -103,6 +103,9 @@ LocalFile = Annotated[str, AfterValidator(_local_file)]
 
 class Settings(ComponentSettings):
     minio_version: Version
+    minio_release_base_url: Annotated[str, matches(
+        r"^https?://[^\s{}]*[^\s{}/]$",
+        "an http(s) URL with no trailing '/' (where MinIO's releases are)")]
     minio_artifacts: ArtifactPins
     minio_binary: AbsPath
     minio_mc_binary: AbsPath

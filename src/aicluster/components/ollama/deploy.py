@@ -42,7 +42,6 @@ from aicluster.components.ollama.derive import (
     check_archive,
 )
 from aicluster.components.ollama.facts import OllamaNode
-from aicluster.components.ollama.probe import INSTALLED_MARKER
 from aicluster.render import defaults
 
 # ---------------------------------------------------------------------------
@@ -106,10 +105,8 @@ def _server(v: dict[str, Any], family: str, me: Mapping[str, Any], missing: list
         "ollama", "ollama", f"{release}/{art['filename']}", mode="644",
         op_name=f"Ollama {version} release archive",
     )
-    unpack = (
-        f"tar -xf {shlex.quote(release + '/' + art['filename'])} -C {shlex.quote(release)} "
-        f"--no-same-owner && echo {art['sha256']} > {shlex.quote(release + '/' + INSTALLED_MARKER)}"
-    )
+    # .tgz or .tar.zst, by the pinned file name (derive.unpack_command; Ansible runs the same).
+    unpack = v["ollama_unpack_command"]
     if me["installed"].get(version) == art["sha256"]:
         host.noop(f"Ollama {version} is unpacked in {release}")
         unpacked = server.shell(name=f"Unpack Ollama {version} (its archive changed)",

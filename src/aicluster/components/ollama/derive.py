@@ -15,7 +15,7 @@ from aicluster import artifacts
 from aicluster.common.disks import cache_environment
 from aicluster.common.networks import host_address, network_errors, pick_network
 from aicluster.common.settings import differs_from_first, layered
-from aicluster.components.ollama.probe import command_text
+from aicluster.components.ollama.probe import INSTALLED_MARKER, command_text
 from aicluster.inventory import Cluster
 
 UNIT = "/etc/systemd/system/ollama.service"
@@ -30,6 +30,16 @@ NAME_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,79}$")
 #: Ollama's own rule: this many models per GPU (or on a CPU node) when not set.
 MODELS_PER_GPU = 3
+#: The release archive's formats, by the end of its file name, and the tar option that
+#: reads each: up to 0.13.x Ollama published ``ollama-linux-<arch>.tgz``, from 0.14.0 on
+#: ``ollama-linux-<arch>.tar.zst`` (GNU tar's ``--zstd`` runs ``zstd -d``; zstd is in
+#: ollama_packages).
+RELEASE_FORMATS = {
+    ".tgz": "--gzip",
+    ".tar.gz": "--gzip",
+    ".tar.zst": "--zstd",
+    ".tzst": "--zstd",
+}
 
 
 # ---------------------------------------------------------------------------
@@ -162,6 +172,30 @@ def pull_command(client_env: str, name: str, timeout: int) -> str:
     return f"{client_env} timeout {int(timeout)} {BIN_LINK} pull {shlex.quote(name)}"
 
 
+def release_format(filename: str) -> str | None:
+    """The tar option that reads the release archive ``filename`` (by its ending), or
+    None for a format the deploy does not unpack."""
+    for ending, option in RELEASE_FORMATS.items():
+        if filename.endswith(ending):
+            return option
+    return None
+
+
+def unpack_command(release_dir: str, filename: str, sha256: str) -> str:
+    """Unpack the release archive in ``release_dir`` (its format chosen by the pinned
+    file name), then record the complete unpack: the one command both engines run."""
+    option = release_format(filename)
+    if option is None:
+        raise ValueError(f"{filename!r} is not an Ollama release archive "
+                         f"({', '.join(RELEASE_FORMATS)})")
+    archive = f"{release_dir}/{filename}"
+    return (
+        f"tar {option} -xf {shlex.quote(archive)} -C {shlex.quote(release_dir)} "
+        f"--no-same-owner && echo {sha256} > "
+        f"{shlex.quote(release_dir + '/' + INSTALLED_MARKER)}"
+    )
+
+
 def archive_path(cluster: Cluster, data: Mapping[str, Any]) -> str:
     """The offline models archive on the deploying machine ('' when none is named)."""
     v = layered("ollama", data)
@@ -215,6 +249,14 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         ),
     }
     out.update(artifacts.derived_vars(cluster, host_name, "ollama", data))
+    # "" where there is nothing to unpack (a gateway only; validate() refuses a release
+    # file of another format).
+    release = out["ollama_artifact_files"].get("ollama")
+    out["ollama_unpack_command"] = (
+        unpack_command(install, release["filename"], release["sha256"])
+        if out["ollama_is_server"] and release and release_format(release["filename"])
+        else ""
+    )
     return out
 
 
@@ -248,6 +290,8 @@ def validate(cluster: Cluster) -> list[str]:
         problems: list[str] = []
         problems += network_errors(cluster, name, "ollama_network", v["ollama_network"] or network)
         problems += _check_archive(cluster, where, v)
+        if name in servers:
+            problems += _check_release_format(cluster, name, where)
         errors += problems
         if name in servers and name in gateways and not problems:
             bind = _bind_address(cluster, name, network)
@@ -261,6 +305,19 @@ def validate(cluster: Cluster) -> list[str]:
                     f"ollama_gateway_port: {v['ollama_port'] + 1}) or another address"
                 )
     return errors
+
+
+def _check_release_format(cluster: Cluster, name: str, where: str) -> list[str]:
+    """The pinned release must be an archive the deploy can unpack (.tgz or .tar.zst)."""
+    try:
+        release = artifacts.host_artifacts(cluster, name, "ollama").get("ollama")
+    except artifacts.ArtifactError:
+        return []  # a malformed pin: artifacts.validate has named it
+    if release is None or release_format(release.filename):
+        return []
+    return [f"{where}: ollama_artifacts.ollama: the release file {release.filename!r} is not "
+            f"an archive the deploy unpacks; pin the release's "
+            f"{' or '.join(RELEASE_FORMATS)} (its URL or `filename` ends so)"]
 
 
 def _check_archive(cluster: Cluster, where: str, v: Mapping[str, Any]) -> list[str]:
