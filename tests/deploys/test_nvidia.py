@@ -149,6 +149,31 @@ def _deployed(distro="ubuntu2204", version=VERSION, extra=None, **output):
     return facts, nodes
 
 
+# --- what DKMS needs: the running kernel's headers, EPEL and CRB on Rocky ----------------
+
+
+@pytest.mark.parametrize(("distro", "headers", "prepare"), [
+    ("debian12", "linux-headers-$(uname -r)", None),
+    ("ubuntu2404", "linux-headers-$(uname -r)", None),
+    ("rocky9", "kernel-devel-$(uname -r)",
+     "dnf -y install dnf-plugins-core epel-release && dnf config-manager --set-enabled crb"),
+])
+def test_the_installer_gets_what_dkms_builds_with_before_the_driver(distro, headers, prepare):
+    """DKMS builds the modules against the running kernel's headers, which no driver
+    package installs for that kernel; on Rocky dkms is EPEL's, which needs CRB."""
+    p = _plan(distro)
+    script = p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
+    body = script.split("\ninstall() {", 1)[1].split("\n}\n", 1)[0]
+    lines = [line.strip() for line in body.splitlines()]
+    driver = next(i for i, line in enumerate(lines) if line.endswith(' "$@"'))
+    header = next(i for i, line in enumerate(lines) if line.endswith(f" {headers}"))
+    assert header < driver, body
+    if prepare:
+        assert lines.index(prepare) < header
+    else:
+        assert "epel" not in body
+
+
 # --- persistence mode ------------------------------------------------------------------
 
 
