@@ -338,6 +338,55 @@ def test_distribution_packages_on_ubuntu_and_none_on_rocky():
     assert "have no Fabric Manager" in debian.ops["gpu1"][0].text
 
 
+# --- Secure Boot ---------------------------------------------------------------------------
+
+
+def _secure(lines, kernel="6.8.0-45-generic"):
+    return [*lines, f"kernel={kernel}", "secure_boot=1"]
+
+
+def test_secure_boot_refuses_modules_dkms_would_build_unsigned():
+    """With Secure Boot on, DKMS's unsigned modules would not load: the node stops before
+    anything is installed, saying what to do."""
+    nodes = {n: _secure(node_output()) for n in GPUS}
+    p = _plan("ubuntu2404", nodes=nodes)
+    stop = p.ops["gpu1"][0]
+    assert "Secure Boot is on" in stop.text and "nvidia_precompiled_modules: true" in stop.text
+    assert not any("Install NVIDIA driver" in n for n in p.names("gpu1"))
+    # A driver already loaded under Secure Boot was signed: nothing to refuse.
+    facts, done = _deployed("ubuntu2404")
+    p = _plan("ubuntu2404", facts=facts, nodes={n: _secure(done[n]) for n in GPUS})
+    assert not p.changing("gpu1")
+
+
+def test_ubuntu_precompiled_signed_modules_for_the_running_kernel_flavour():
+    extra = {"nvidia_source": "distribution", "nvidia_driver_version": None,
+             "nvidia_precompiled_modules": True}
+    nodes = {n: _secure(node_output(nvswitches=0), kernel="6.8.0-1019-nvidia") for n in GPUS}
+    # PCIe GPUs (no NVSwitch: Ubuntu's packages have Fabric Manager, but none is needed).
+    hosts = [(name, {**data, "hardware": {**data["hardware"],
+                                          "gpus": {**H100, "nvswitch": False}}}
+              if "hardware" in data else data)
+             for name, data in HOSTS]
+    p = _plan("ubuntu2404", extra=extra, nodes=nodes, hosts=hosts)
+    install = next(op for op in p.ops["gpu1"] if "Install NVIDIA driver" in op.name)
+    assert ("'linux-modules-nvidia-570-server-open-nvidia' 'nvidia-driver-570-server-open'"
+            in install.text), install.text
+    # Only Ubuntu has them: elsewhere the setting is refused by name.
+    debian = _plan("debian12", extra=extra, nodes=nodes, hosts=hosts)
+    assert "nvidia_precompiled_modules: only Ubuntu's own driver packages" in (
+        debian.ops["gpu1"][0].text)
+
+
+def test_the_fact_reads_secure_boot_and_the_kernel():
+    from aicluster.components.nvidia.probe import parse as parse_node
+
+    assert parse_node(["kernel=6.8.0-45-generic", "secure_boot=1"])["secure_boot"] is True
+    assert parse_node(["secure_boot=0"])["secure_boot"] is False
+    assert parse_node([])["secure_boot"] is False
+    assert parse_node(["kernel=6.1.0-28-amd64"])["kernel"] == "6.1.0-28-amd64"
+
+
 # --- the same driver already there: nothing changes ---------------------------------------
 
 

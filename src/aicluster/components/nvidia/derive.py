@@ -224,6 +224,28 @@ def decide(
         )
         return out
     packages = [_subst(p, v) for p in table[source][flavour]]
+    precompiled = bool(v["nvidia_precompiled_modules"])
+    if precompiled:
+        signed = (v["nvidia_precompiled_packages"] or {}).get(source, {}).get(flavour)
+        if not signed:
+            out["action"] = "stop"
+            out["message"] = (
+                f"{where}: nvidia_precompiled_modules: only Ubuntu's own driver packages "
+                "(nvidia_source: distribution on Ubuntu) come as precompiled, signed "
+                "modules; this node's would be built with DKMS"
+            )
+            return out
+        kernel = str(node.get("kernel") or "")
+        kernel_flavour = kernel.rsplit("-", 1)[-1] if "-" in kernel else ""
+        if not kernel_flavour or kernel_flavour.isdigit():
+            out["action"] = "stop"
+            out["message"] = (
+                f"{where}: nvidia_precompiled_modules: cannot tell the running kernel's "
+                f"flavour from {kernel or 'nothing'!r} (uname -r, e.g. 6.8.0-45-generic)"
+            )
+            return out
+        packages = [_subst(p, v).replace("{kernel_flavour}", kernel_flavour)
+                    for p in signed] + packages
     suffix = str(v["nvidia_package_version_suffix"])
     if v["nvidia_driver_version"] and suffix:
         packages = [p + suffix.replace("{version}", str(v["nvidia_driver_version"]))
@@ -257,6 +279,17 @@ def decide(
         action = "none"
     else:
         action = "change"
+    if action != "none" and node.get("secure_boot") and not precompiled:
+        out["action"] = "stop"
+        out["message"] = (
+            f"{where}: Secure Boot is on, and the driver's kernel modules would be built "
+            "with DKMS, unsigned: the kernel would refuse to load them. On Ubuntu set "
+            "nvidia_source: distribution and nvidia_precompiled_modules: true (Canonical's "
+            "signed linux-modules-nvidia packages); elsewhere enroll a Machine Owner Key "
+            "that signs DKMS's modules (mokutil --import), or turn Secure Boot off "
+            "(docs/components/nvidia.md, Secure Boot)"
+        )
+        return out
     extra: list[str] = list(v["nvidia_lock_packages"] or [])
     if v["nvidia_dcgm"]:
         extra += [_subst(p, v) for p in v["nvidia_dcgm_packages"]]

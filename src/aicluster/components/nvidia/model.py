@@ -25,6 +25,8 @@ class Settings(ComponentSettings):
     nvidia_driver_version: Annotated[
         str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){1,2}$")] | None
     nvidia_open_kernel_modules: AutoBool
+    #: Ubuntu's precompiled, signed kernel modules instead of DKMS (Secure Boot).
+    nvidia_precompiled_modules: bool
     #: None: no CUDA toolkit.
     nvidia_cuda_version: Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+$")] | None
     nvidia_fabric_manager: AutoBool

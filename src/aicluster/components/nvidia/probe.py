@@ -42,6 +42,9 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   fi
 fi
 [ -r /sys/module/nvidia/version ] && echo "loaded=$(cat /sys/module/nvidia/version)"
+echo "kernel=$(uname -r)"
+sb=/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
+[ -r "$sb" ] && echo "secure_boot=$(od -An -t u1 "$sb" 2>/dev/null | awk '{print $NF}')"
 if command -v modinfo >/dev/null 2>&1; then
   v=$(modinfo -F version nvidia 2>/dev/null | head -n 1)
   if [ -n "$v" ]; then
@@ -108,6 +111,8 @@ def parse(lines: Iterable[str]) -> dict[str, Any]:
         "peermem_loaded": False,
         "ofed": "",
         "peer_memory_api": False,
+        "kernel": "",
+        "secure_boot": False,
         "rdma": [],
         "runtimes": [],
         "runtimes_configured": [],
@@ -164,6 +169,12 @@ def parse(lines: Iterable[str]) -> dict[str, Any]:
             # The running ib_core exports ib_register_peer_memory_client (MLNX_OFED's
             # and DOCA-OFED's do; the kernel's own inbox one does not).
             out["peer_memory_api"] = True
+        elif key == "kernel":
+            out["kernel"] = value
+        elif key == "secure_boot":
+            # The UEFI variable's last byte: 1 when Secure Boot is on (what mokutil
+            # --sb-state reads); a node booted without UEFI has no such variable.
+            out["secure_boot"] = value == "1"
         elif key == "rdma":
             out["rdma"].append(value)
         elif key == "runtime":
