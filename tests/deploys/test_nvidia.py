@@ -387,6 +387,27 @@ def test_the_fact_reads_secure_boot_and_the_kernel():
     assert parse_node(["kernel=6.1.0-28-amd64"])["kernel"] == "6.1.0-28-amd64"
 
 
+def test_debian_own_driver_takes_the_proprietary_modules_unless_told():
+    """Debian 12's open modules (contrib) lag behind its driver's security updates
+    (non-free): auto takes the proprietary ones there (tests/e2e/test_lab_archives.py
+    resolves them against the real archive); true still asks for the open ones."""
+    hosts = [(name, {**data, "hardware": {**data["hardware"],
+                                          "gpus": {**H100, "nvswitch": False}}}
+              if "hardware" in data else data)
+             for name, data in HOSTS]
+    nodes = {n: node_output(nvswitches=0) for n in GPUS}
+    extra = {"nvidia_source": "distribution", "nvidia_driver_branch": "535",
+             "nvidia_driver_version": None}
+    auto = _plan("debian12", extra=extra, nodes=nodes, hosts=hosts)
+    assert "'nvidia-kernel-dkms' 'nvidia-driver' 'nvidia-smi'" in auto.commands("gpu1")
+    told = _plan("debian12", extra={**extra, "nvidia_open_kernel_modules": True},
+                 nodes=nodes, hosts=hosts)
+    assert "'nvidia-open-kernel-dkms' 'nvidia-driver' 'nvidia-smi'" in told.commands("gpu1")
+    # Ubuntu's own open modules follow its driver: auto keeps them.
+    ubuntu = _plan("ubuntu2404", extra=extra, nodes=nodes, hosts=hosts)
+    assert "nvidia-driver-535-server-open" in ubuntu.commands("gpu1")
+
+
 # --- the same driver already there: nothing changes ---------------------------------------
 
 

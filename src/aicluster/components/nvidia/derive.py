@@ -206,6 +206,12 @@ def decide(
     blackwell = any(int(d, 16) >= BLACKWELL_FIRST_DEVICE for d in ids)
     choice = v["nvidia_open_kernel_modules"]
     use_open = _auto(choice, bool(turing_or_newer(ids, model)))
+    source = "cuda_repo" if v["nvidia_source"] == "cuda_repo" else distro_id
+    if choice == "auto" and source in (v["nvidia_open_modules_lag"] or []) and not blackwell:
+        # Debian 12: the open modules (contrib) are not rebuilt with the driver's
+        # security updates (non-free), whose exact-version dependencies they then break
+        # (tests/e2e/test_lab_archives.py): the proprietary ones follow the driver.
+        use_open = False
     if blackwell and not use_open:
         out["action"] = "stop"
         out["message"] = (
@@ -214,7 +220,6 @@ def decide(
         )
         return out
     flavour = "open" if use_open else "proprietary"
-    source = "cuda_repo" if v["nvidia_source"] == "cuda_repo" else distro_id
     table = v["nvidia_driver_packages"] or {}
     if source not in table:
         out["action"] = "stop"
