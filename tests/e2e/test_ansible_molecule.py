@@ -1,12 +1,13 @@
-"""molecule's full sequence for each role (destroy, syntax, create, converge, idempotence,
-verify, destroy), the roles in deploy order on the Ansible lab (tests/e2e/conftest.py
-``ansible_lab``: two nodes with the lab's STAND-IN drives, an NVMe cache, a Ceph disk and
-a MinIO drive on each, and its STAND-IN k3s, Ollama and MinIO release files in the
-lab's overrides). Each scenario's create.yml finds that testbed running (and the drives
-it needs) and uses it; its destroy.yml leaves it, as it leaves any testbed it did not
-start. So each role converges on nodes the roles before it already converged, as in a
-site deploy, its second converge must change nothing, and its verify must pass; the
-testbed stays up, converged, for tests/e2e/test_ansible_site.py's playbooks/site.yml:
+"""molecule's test sequence for each role (create, converge, idempotence, verify; the
+destroy step skipped with --destroy=never, the syntax left to ansible-lint), the roles in
+deploy order on the Ansible lab (tests/e2e/conftest.py ``ansible_lab``: two nodes with
+the lab's STAND-IN drives, an NVMe cache, a Ceph disk and a MinIO drive on each, and its
+STAND-IN k3s, Ollama and MinIO release files in the lab's overrides). Each scenario's
+create.yml finds that testbed running (and the drives it needs) and uses it (its
+destroy.yml, run alone, would leave a testbed it did not start). So each role converges
+on nodes the roles before it already converged, as in a site deploy, its second
+converge must change nothing, and its verify must pass; the testbed stays up,
+converged, for tests/e2e/test_ansible_site.py's playbooks/site.yml:
 
 - base: the base role on node1 and node2;
 - slurm: base, then slurm; srun across both nodes and a job on a STAND-IN GPU in verify;
@@ -54,7 +55,9 @@ def test_molecule_scenario(role, ansible_lab: Lab):
     from aicluster import testbed as tb
 
     proc = run(
-        [BIN / "molecule", "test", "--scenario-name", "default"],
+        # --destroy=never: the scenario's destroy step is skipped (molecule says so) rather
+        # than run to leave, as its destroy.yml would, a testbed it did not start.
+        [BIN / "molecule", "test", "--scenario-name", "default", "--destroy=never"],
         timeout=1800,
         check=False,
         cwd=ROOT / "roles" / role,
