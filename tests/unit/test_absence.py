@@ -210,15 +210,19 @@ def test_the_osd_check_refuses_while_the_cluster_maps_an_osd_there(tmp_path):
     bin_dir.mkdir()
 
     def run(answer, rc):
+        # Like ceph: the answer on stdout, an error on stderr, and a warning on stderr
+        # every time (a keyring it looked for elsewhere first).
         ceph = bin_dir / "ceph"
-        ceph.write_text(f"#!/bin/sh\necho '{answer}'\nexit {rc}\n")
+        stream = "" if rc == 0 else " >&2"
+        ceph.write_text(f"#!/bin/sh\necho 'auth: unable to find a keyring on /etc/ceph/"
+                        f"ceph.keyring' >&2\necho '{answer}'{stream}\nexit {rc}\n")
         ceph.chmod(0o755)
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
         return subprocess.run(["sh", "-c", script], env=env, capture_output=True,
                               text=True, timeout=30)
 
     mapped = run("3\n7", 0)
-    assert mapped.returncode == 1 and "OSDs (3 7)" in mapped.stderr
+    assert mapped.returncode == 1 and "still has its OSDs (3 7), and" in mapped.stderr
     assert "ceph osd safe-to-destroy 3 7" in mapped.stderr and "stopping" not in mapped.stdout
     assert run("", 0).returncode == 0
     gone = run("Error ENOENT: node 'o1' does not exist", 2)

@@ -762,13 +762,17 @@ def cluster_key_commands(v: Mapping[str, Any], decided: Mapping[str, Any]) -> li
 #: gone means an earlier run passed this check.
 OSD_REMOVAL_CHECK = f"""K={BOOTSTRAP_OSD_KEYRING}
 if [ -e "$K" ]; then
+    # The OSD ids on stdout; ceph's messages (warnings too) on stderr, kept apart.
+    err=$(mktemp)
     if ! ids=$(timeout 120 ceph --connect-timeout 30 -n client.bootstrap-osd -k "$K" \
-            osd ls-tree {{host}} 2>&1); then
-        case "$ids" in
+            osd ls-tree {{host}} 2>"$err"); then
+        case "$(cat "$err")" in
         *ENOENT*) ids= ;;
-        *) echo "aicluster: cannot read the OSDs of {{host}}: $ids" >&2; exit 1 ;;
+        *) echo "aicluster: cannot read the OSDs of {{host}}: $(cat "$err")" >&2
+           rm -f "$err"; exit 1 ;;
         esac
     fi
+    rm -f "$err"
     if [ -n "$ids" ]; then
         ids=$(echo $ids)
         echo "aicluster: {{host}} leaves ceph_osds, but the cluster still has its OSDs" \
