@@ -39,7 +39,7 @@ for i in $(seq 1 "$parts"); do
     pids+=("$!")
 done
 status=0
-pytest -v -m e2e
+pytest -v -m e2e --durations=40
 check $? "end-to-end tests" || status=1
 for i in $(seq 1 "$parts"); do
     wait "${pids[$((i - 1))]}"
