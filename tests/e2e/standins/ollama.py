@@ -30,8 +30,9 @@ from tests.e2e.standins import BANNER, UNREACHED_URL, place, real_artifacts_dir
 WHAT = "stand-in ollama (not Ollama)"
 #: The stand-in releases: the first is deployed, the second is the version bump.
 VERSIONS = ("9.9.0-standin", "9.9.1-standin")
-#: The real releases pinned in roles/ollama/defaults/main.yml, in the same roles.
-REAL_VERSIONS = ("0.13.0", "0.13.3")
+#: The real release pinned in roles/ollama/defaults/main.yml (one: the version bump
+#: needs two, so it runs with the stand-in only).
+REAL_VERSIONS = ("0.32.7",)
 #: The model every node pulls (from the stand-in's /api/pull: it writes a manifest and
 #: a blob where Ollama would).
 MODELS = ["tiny:1b"]
@@ -47,8 +48,9 @@ def banner() -> str:
     return BANNER.format(what=WHAT)
 
 
-def versions() -> tuple[str, str]:
-    return REAL_VERSIONS if real_artifacts_dir() else VERSIONS
+def versions() -> tuple[str, str | None]:
+    """The release deployed first and the one the bump moves to (None: no second)."""
+    return (REAL_VERSIONS[0], None) if real_artifacts_dir() else VERSIONS
 
 
 def is_standin() -> bool:
