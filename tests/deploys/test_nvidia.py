@@ -1,9 +1,11 @@
 """The nvidia deploy planned on fake hosts: 8x H100 SXM with NVSwitches on Ubuntu 22.04,
 24.04, Debian 12 and Rocky 9; the same driver already installed and loaded (no
 change); a version bump (drain, install, reboot, verify, resume in that order, a
-batch at a time); a node without an NVIDIA GPU and a node with a stand-in GPU
-(nothing); the inventory declaring 8 GPUs where the node shows 4 (this host stops);
-InfiniBand present and absent.
+batch at a time); driver branch 590 and later from NVIDIA's CUDA repository (its
+pinning package first, the package names without the branch) and a bump from 580 to
+590; a node without an NVIDIA GPU and a node with a stand-in GPU (nothing); the
+inventory declaring 8 GPUs where the node shows 4 (this host stops); InfiniBand present
+and absent.
 
 Fake hosts: no host is contacted; what a node shows comes from the output of the
 fact's command, written here as a node would print it (tests/deploys/harness.py).
@@ -123,8 +125,12 @@ def _deployed(distro="ubuntu2204", version=VERSION, extra=None, **output):
     packages = {"datacenter-gpu-manager-4-core": ["1:4.2.3-1"],
                 "datacenter-gpu-manager-4-cuda12": ["1:4.2.3-1"],
                 "nvidia-container-toolkit": ["1.17.4-1"],
-                "nvidia-fabricmanager-570": [f"{version}-1"],
+                f"nvidia-fabricmanager-{version.split('.')[0]}": [f"{version}-1"],
                 "nvidia-fabric-manager": [f"{version}-1"],
+                # Branch 580 on: DCGM for CUDA 13; branch 590 on: Fabric Manager's name
+                # without the branch.
+                "datacenter-gpu-manager-4-cuda13": ["1:4.2.3-1"],
+                "nvidia-fabricmanager": [f"{version}-1"],
                 "python3-dnf-plugin-versionlock": ["4.3.0-16.el9"]}
     paths = [nvidia_derive.DRIVER_SCRIPT, nvidia_derive.PERSISTENCED_DROPIN,
              "/etc/apt/sources.list.d/aicluster-nvidia-cuda.list" if debian
@@ -954,3 +960,228 @@ def test_dcgm_4_matches_the_drivers_cuda_major():
     p = _plan(extra={"nvidia_driver_branch": "580", "nvidia_driver_version": None})
     assert "datacenter-gpu-manager-4-cuda13" in p.commands("gpu1")
     assert "datacenter-gpu-manager-4-cuda12" not in p.commands("gpu1")
+
+
+# --- branch 590 and later: NVIDIA's pinning package, names without the branch ------------
+# NVIDIA's CUDA repository for apt drops the branch from the driver's package names from
+# branch 590 on and selects the branch or version with nvidia-driver-pinning-<branch> or
+# -<version>, installed before the driver (NVIDIA driver installation guide: "Recent
+# Updates", "Version locking"; docs/components/nvidia.md). Fake hosts only: no real
+# repository is read here (tests/unit/test_nvidia_apt_pin.py resolves the pin against a
+# SYNTHETIC 590 index).
+
+PIN_590 = "nvidia-driver-pinning-590"
+
+
+def _install_op(p, host="gpu1"):
+    return next(op for op in p.ops[host] if op.name.startswith(("Install NVIDIA driver",
+                                                                "Change NVIDIA driver")))
+
+
+@pytest.mark.parametrize("distro", ["ubuntu2404", "debian12"])
+def test_branch_590_installs_nvidias_pinning_package_first_and_the_unbranched_names(distro):
+    p = _plan(distro, extra={"nvidia_driver_branch": "590", "nvidia_driver_version": None})
+    install = _install_op(p)
+    assert install.name == "Install NVIDIA driver 590 (open modules), reboot, verify"
+    assert (f"{nvidia_derive.DRIVER_SCRIPT} install --pinning {PIN_590} --fabric-manager "
+            "nvidia-fabricmanager 'nvidia-open'") in install.text
+    commands = p.commands("gpu1")
+    for old_name in ("nvidia-open-590", "nvidia-fabricmanager-590", "cuda-drivers-590"):
+        assert old_name not in commands
+    # Our own pin: the same branch, the same package family as before 590 (the new names
+    # are nvidia-*, libnvidia-*, cuda-drivers*: tests/unit/test_nvidia_apt_pin.py).
+    pin = p.upload("gpu1", nvidia_derive.APT_PIN)
+    assert "Pin: version /^([0-9]+:)?590[.-]/\nPin-Priority: 1001\n" in pin
+    assert "Package: nvidia-* libnvidia-* cuda-drivers*" in pin
+    # The installer: the pinning package in an apt run of its own, after the old
+    # driver's holds are released and before the kernel headers and the driver.
+    script = p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
+    body = script.split("\ninstall() {", 1)[1].split("\n}\n", 1)[0]
+    lines = [line.strip() for line in body.splitlines()]
+    unhold = next(i for i, line in enumerate(lines) if "apt-mark unhold" in line)
+    pin_run = lines.index('[ -z "$pins" ] || pin $pins')
+    headers = next(i for i, line in enumerate(lines) if line.endswith("linux-headers-$(uname -r)"))
+    driver = next(i for i, line in enumerate(lines) if line.endswith(' "$@"'))
+    assert unhold < pin_run < headers < driver, body
+    pin_fn = script.split("\npin() {", 1)[1].split("\n}\n", 1)[0]
+    assert 'if apt-cache show "$p" >/dev/null 2>&1; then' in pin_fn
+    assert "apt-get install -y" in pin_fn and '"$p"' in pin_fn
+    # DCGM for CUDA 13 (branch 590 runs CUDA 13.1).
+    assert "datacenter-gpu-manager-4-cuda13" in commands
+    # The proprietary modules: cuda-drivers, without the branch.
+    asked = _plan(distro, extra={"nvidia_driver_branch": "590", "nvidia_driver_version": None,
+                                 "nvidia_open_kernel_modules": False})
+    assert (f"install --pinning {PIN_590} --fabric-manager nvidia-fabricmanager "
+            "'cuda-drivers'") in _install_op(asked).text
+
+
+@pytest.mark.parametrize("distro", ["ubuntu2404", "debian12"])
+def test_branch_590_exact_version_tries_the_versions_pinning_package_first(distro):
+    p = _plan(distro, extra={"nvidia_driver_branch": "590",
+                             "nvidia_driver_version": "590.48.01"})
+    assert (f"install --pinning {PIN_590}.48.01 --pinning {PIN_590} --fabric-manager "
+            "nvidia-fabricmanager 'nvidia-open'") in _install_op(p).text
+    assert "Pin: version /^([0-9]+:)?590\\.48\\.01[.-]/\n" in p.upload(
+        "gpu1", nvidia_derive.APT_PIN)
+    assert 'want="590.48.01"' in p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
+
+
+def test_a_later_branch_595_takes_the_same_path():
+    p = _plan("ubuntu2404", extra={"nvidia_driver_branch": "595", "nvidia_driver_version": None})
+    assert ("install --pinning nvidia-driver-pinning-595 --fabric-manager nvidia-fabricmanager "
+            "'nvidia-open'") in _install_op(p).text
+
+
+@pytest.mark.parametrize("branch", ["570", "575", "580"])
+def test_branches_before_590_keep_their_names_and_no_pinning_package(branch):
+    p = _plan("ubuntu2404", extra={"nvidia_driver_branch": branch, "nvidia_driver_version": None})
+    install = _install_op(p)
+    assert (f"install --fabric-manager nvidia-fabricmanager-{branch} 'nvidia-open-{branch}'"
+            in install.text)
+    assert "--pinning" not in p.commands("gpu1")
+    script = p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
+    assert "pin()" not in script and "--pinning" not in script and "pins" not in script
+
+
+def test_rocky_branch_590_keeps_the_module_stream():
+    """dnf systems select the branch with the nvidia-driver module stream from 590 on too
+    (NVIDIA driver installation guide, "Kernel Modules"): nothing changes there."""
+    p = _plan("rocky9", extra={"nvidia_driver_branch": "590", "nvidia_driver_version": None})
+    text = _install_op(p).text
+    assert ("install --module nvidia-driver:590-open --fabric-manager nvidia-fabric-manager "
+            "'nvidia-driver' 'nvidia-driver-cuda' 'nvidia-persistenced' "
+            "'kmod-nvidia-open-dkms'") in text
+    assert "--pinning" not in p.commands("gpu1")
+    assert "pin()" not in p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
+
+
+OLD_580 = "580.95.05"
+PACKAGES_580 = ("nvidia-open-580", "nvidia-driver-580-open", "libnvidia-compute-580",
+                "nvidia-fabricmanager-580")
+
+
+@pytest.mark.parametrize("distro", ["ubuntu2404", "debian12"])
+def test_bump_from_580_to_590_drains_installs_the_pinning_package_and_the_new_names(distro):
+    facts, nodes = _deployed(distro, version=OLD_580, extra={"nvidia_driver_branch": "580"},
+                             packages=PACKAGES_580)
+    p = _plan(distro, nodes=nodes, facts=facts,
+              extra={"nvidia_driver_branch": "590", "nvidia_driver_version": None})
+    name = (f"Change NVIDIA driver {OLD_580} to 590 (drain, install, reboot, verify, resume; "
+            "1 node(s) at a time)")
+    for node in GPUS:
+        op = p.op(node, name)
+        text = op.text
+        steps = [
+            text.index(f"{nvidia_derive.DRIVER_SCRIPT} drain"),
+            text.index(f"{nvidia_derive.DRIVER_SCRIPT} install --pinning {PIN_590} "
+                       "--fabric-manager nvidia-fabricmanager 'nvidia-open'"),
+            text.index("reboot ) </dev/null"),
+            text.index(f"{nvidia_derive.DRIVER_SCRIPT} verify --fabric-manager"),
+            text.index(f"{nvidia_derive.DRIVER_SCRIPT} resume"),
+        ]
+        assert steps == sorted(steps), text
+        # The 590 pin and the installer that knows the pinning package are in place
+        # before the change starts.
+        assert "Pin: version /^([0-9]+:)?590[.-]/" in p.upload(node, nvidia_derive.APT_PIN)
+        installer = p.op(node, "NVIDIA driver installer (install, hold, drain, verify, resume)")
+        assert installer.index < op.index
+        assert "\npin() {" in p.upload(node, nvidia_derive.DRIVER_SCRIPT)
+    # Nothing of the old branch's names is installed.
+    assert "nvidia-open-590" not in p.commands("gpu1")
+
+
+def _with_pinning(nodes, *packages):
+    return {n: [*out, *(f"pinning={p}" for p in packages)] for n, out in nodes.items()}
+
+
+def test_branch_590_second_run_changes_nothing_and_puts_a_removed_pinning_package_back():
+    extra = {"nvidia_driver_branch": "590"}
+    facts, nodes = _deployed("ubuntu2404", version="590.48.01", extra=extra,
+                             packages=("nvidia-open", "nvidia-driver-open"))
+    again = _plan("ubuntu2404", nodes=_with_pinning(nodes, f"{PIN_590}.48.01"), facts=facts,
+                  extra={**extra, "nvidia_driver_version": "590.48.01"})
+    for name in GPUS:
+        assert not again.changing(name), again.changing(name)
+        assert f"{name}: NVIDIA driver 590.48.01 (open modules) installed and loaded" in (
+            again.names(name))
+    # The branch's pinning package is also one the plan accepts for an exact version
+    # (the repository may have no version's one).
+    branch_pin = _plan("ubuntu2404", nodes=_with_pinning(nodes, PIN_590), facts=facts,
+                       extra={**extra, "nvidia_driver_version": "590.48.01"})
+    assert not branch_pin.changing("gpu1"), branch_pin.changing("gpu1")
+    # An administrator removed it: it is put back, nothing else changes.
+    removed = _plan("ubuntu2404", nodes=nodes, facts=facts,
+                    extra={**extra, "nvidia_driver_version": "590.48.01"})
+    op = removed.op("gpu1", "Install NVIDIA's pinning package for 590.48.01 (the first of "
+                            f"{PIN_590}.48.01, {PIN_590} the repository has)")
+    assert op.text == f"{nvidia_derive.DRIVER_SCRIPT} pin {PIN_590}.48.01 {PIN_590}"
+    assert removed.changing("gpu1") == [op.name]
+
+
+def test_a_pinning_package_of_another_branch_stops_a_branch_before_590():
+    """A pinning package left from branch 590 would pin apt elsewhere than this deploy's
+    own pin for 580: the host stops before anything is changed, saying what to remove. One
+    of the branch wanted is no conflict."""
+    facts, nodes = _deployed("debian12", version=OLD_580, extra={"nvidia_driver_branch": "580"},
+                             packages=PACKAGES_580)
+    extra = {"nvidia_driver_branch": "580", "nvidia_driver_version": OLD_580}
+    p = _plan("debian12", nodes=_with_pinning(nodes, PIN_590), facts=facts, extra=extra)
+    stop = p.ops["gpu1"][0]
+    assert stop.name == (
+        "Stop: nvidia: host 'gpu1': nvidia_driver_branch: NVIDIA's pinning package "
+        f"{PIN_590} is installed and pins the driver's packages to another branch or version "
+        f"than {OLD_580}, which this deploy pins itself ({nvidia_derive.APT_PIN}): remove it "
+        f"(apt-get remove {PIN_590}) and deploy again")
+    same = _plan("debian12", nodes=_with_pinning(nodes, "nvidia-driver-pinning-580"),
+                 facts=facts, extra=extra)
+    assert not same.changing("gpu1"), same.changing("gpu1")
+
+
+def test_the_fact_reads_nvidias_pinning_package():
+    node = parse(["installed=590.48.01", f"pinning={PIN_590}"])
+    assert node["pinning"] == [PIN_590]
+    assert parse([])["pinning"] == []
+    assert "'nvidia-driver-pinning-*'" in nvidia_derive.FACT_COMMAND
+
+
+# --- the Ansible role decides alike: its filter plugin hands decide() only DECIDE_KEYS -----
+
+
+def _filter_plugin():
+    import importlib.util
+
+    from aicluster import ROLES_DIR
+
+    path = ROLES_DIR / "nvidia" / "filter_plugins" / "aicluster_nvidia.py"
+    spec = importlib.util.spec_from_file_location("aicluster_nvidia_filters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
+@pytest.mark.parametrize(("family", "distro_id", "extra"), [
+    ("Debian", "ubuntu", {"nvidia_driver_branch": "590", "nvidia_driver_version": "590.48.01"}),
+    ("Debian", "debian", {"nvidia_driver_branch": "595", "nvidia_driver_version": None}),
+    ("Debian", "ubuntu", {"nvidia_driver_branch": "570", "nvidia_driver_version": VERSION}),
+    ("RedHat", "rocky", {"nvidia_driver_branch": "590", "nvidia_driver_version": None}),
+])
+def test_the_ansible_filter_decides_what_pyinfra_decides(family, distro_id, extra):
+    """validate.yml hands aicluster_nvidia_decide the variables named in DECIDE_KEYS only:
+    from them it plans the same packages, pinning package and install arguments as decide()
+    with every variable (what the pyinfra deploy hands it)."""
+    full = {**layered("nvidia", {}), **extra, **nvidia_derive_os(family),
+            "nvidia_expected_gpus": 8, "nvidia_gpu_model": "H100-SXM5-80GB",
+            "nvidia_gpu_vendor": "nvidia", "nvidia_nvswitch_declared": True,
+            "nvidia_ib_declared": False}
+    ansible_view = {k: full[k] for k in nvidia_derive.DECIDE_KEYS}
+    node = parse(node_output())
+    by_filter = _filter_plugin()["aicluster_nvidia_decide"](node, ansible_view, "gpu1",
+                                                             distro_id)
+    assert by_filter["action"] == "install", by_filter["message"]
+    assert by_filter == nvidia_derive.decide(full, node, "gpu1", distro_id)
+
+
+def nvidia_derive_os(family):
+    from aicluster.render import os_vars
+
+    return os_vars("nvidia", family)

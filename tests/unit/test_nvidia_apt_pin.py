@@ -40,10 +40,15 @@ def _stanzas(text: str) -> list[dict[str, str]]:
     return out
 
 
+def _family_at(version: str) -> str:
+    """The captured index rewritten to driver ``version`` (its branch's other packages,
+    nvidia-settings 535.x ..., to that branch)."""
+    branch = version.split(".")[0]
+    return re.sub(r"(?<![\w.-])535\.", f"{branch}.", INDEX.read_text().replace(CAPTURED, version))
+
+
 def _index() -> list[dict[str, str]]:
-    text = INDEX.read_text()
-    newer = re.sub(r"(?<![\w.-])535\.", "580.", text.replace(CAPTURED, NEWER))
-    return _stanzas(text) + _stanzas(newer)
+    return _stanzas(INDEX.read_text()) + _stanzas(_family_at(NEWER))
 
 
 def _pin(version: str | None, branch: str = "535") -> tuple[list[str], re.Pattern]:
@@ -82,13 +87,16 @@ OPS = {"=": operator.eq, ">=": operator.ge, "<=": operator.le, ">>": operator.gt
        "<<": operator.lt}
 
 
-def _candidates(patterns, pin) -> dict[str, dict[str, str]]:
+def _candidates(patterns, pin, index=None, nvidia_pin=None) -> dict[str, dict[str, str]]:
     """apt's candidate of each package under the pin: priority 1001 where the pin's
     Package line and version match, 500 (a repository's default) otherwise; the highest
-    priority, then the highest version."""
+    priority, then the highest version. ``nvidia_pin``: NVIDIA's pinning package's
+    preferences modelled as a version pattern at priority 1000 for every package."""
     best: dict[str, tuple] = {}
-    for stanza in _index():
+    for stanza in _index() if index is None else index:
         prio = 1001 if _covered(patterns, stanza) and pin.search(stanza["Version"]) else 500
+        if prio < 1000 and nvidia_pin is not None and nvidia_pin.search(stanza["Version"]):
+            prio = 1000
         key = (prio, _vkey(stanza["Version"]))
         if stanza["Package"] not in best or key > best[stanza["Package"]][0]:
             best[stanza["Package"]] = (key, stanza)
@@ -106,14 +114,15 @@ def _relations(stanza: dict[str, str]):
             yield field, group, alternatives
 
 
-def _unresolved(patterns, pin) -> list[str]:
-    """The relations of the driver's installation (from ROOTS, through the candidates)
-    that the candidates do not satisfy."""
-    cands = _candidates(patterns, pin)
-    known = {s["Package"] for s in _index()} | {
-        re.split(r"[ (]", p.strip())[0] for s in _index()
+def _unresolved(patterns, pin, roots=ROOTS, index=None, nvidia_pin=None) -> list[str]:
+    """The relations of the driver's installation (from ``roots``, through the
+    candidates) that the candidates do not satisfy."""
+    index = _index() if index is None else index
+    cands = _candidates(patterns, pin, index, nvidia_pin)
+    known = {s["Package"] for s in index} | {
+        re.split(r"[ (]", p.strip())[0] for s in index
         for p in s.get("Provides", "").split(",") if p.strip()}
-    problems, seen, todo = [], set(), list(ROOTS)
+    problems, seen, todo = [], set(), list(roots)
     while todo:
         name = todo.pop()
         if name in seen or name not in cands:
@@ -186,3 +195,109 @@ def test_resolution_check_sees_a_package_left_out():
     problems = _unresolved(narrowed, pin)
     assert any(p.startswith("nvidia-kernel-dkms 535.261.03-1 Depends: firmware-nvidia-gsp "
                             "(= 535.261.03)") for p in problems), problems
+
+
+# --- branch 590 and later: NVIDIA's CUDA repository without the branch in the names ----
+# From branch 590 on the driver's meta packages carry no branch (nvidia-open, cuda-drivers,
+# nvidia-fabricmanager) and depend on the driver with ">=", so without a pin apt takes
+# the newest branch of the repository; NVIDIA's pinning package (nvidia-driver-pinning-
+# <branch|version>) pins them, and so does this deploy's own pin. The index below is the
+# captured Debian 12 family at 580, 590 (two versions) and 595, with the SYNTHETIC metas
+# and pinning packages of tests/fixtures/nvidia/SYNTHETIC-cuda-repo-590.Packages: no index
+# of NVIDIA's repository at 590 is within reach, so this proves the pin's logic against
+# NVIDIA's documented names, not against the real repository.
+
+SYNTHETIC = INDEX.parent / "SYNTHETIC-cuda-repo-590.Packages"
+VERSIONS_590 = ("580.95.05", "590.44.01", "590.48.01", "595.45.04")
+#: What the deploy installs from branch 590 on (vars/Debian.yml, cuda_repo_pinned).
+ROOTS_590 = ("nvidia-open", "cuda-drivers", "nvidia-fabricmanager")
+
+
+def _metas_at(version: str) -> str:
+    branch = version.split(".")[0]
+    return (SYNTHETIC.read_text().replace("590.48.01", version)
+            .replace("pinning-590", f"pinning-{branch}")
+            .replace("Version: 590-1", f"Version: {branch}-1"))
+
+
+def _index_590() -> list[dict[str, str]]:
+    return [s for v in VERSIONS_590 for s in _stanzas(_family_at(v)) + _stanzas(_metas_at(v))]
+
+
+@pytest.mark.parametrize(("version", "expected"), [
+    ("590.48.01", "590.48.01"), (None, "590.48.01"), ("590.44.01", "590.44.01")],
+    ids=["exact-version", "branch-newest", "older-exact-version"])
+def test_branch_590_pin_resolves_the_unbranched_packages_beside_580_and_595(version,
+                                                                            expected):
+    index = _index_590()
+    patterns, pin = _pin(version, "590")
+    assert _unresolved(patterns, pin, ROOTS_590, index) == []
+    cands = _candidates(patterns, pin, index)
+    for name in (*ROOTS_590, "nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-kernel-dkms",
+                 "libcuda1", "firmware-nvidia-gsp", "nvidia-smi"):
+        assert cands[name]["Version"].startswith(expected + "-"), (name, cands[name]["Version"])
+    # The check itself: without a pin the metas' ">=" takes the newest branch (595).
+    assert _candidates([], pin, index)["nvidia-open"]["Version"].startswith("595.")
+
+
+def test_branch_590_pin_covers_every_package_of_the_drivers_version():
+    patterns, pin = _pin("590.48.01", "590")
+    family = [s for s in _stanzas(_family_at("590.48.01")) + _stanzas(_metas_at("590.48.01"))
+              if pin.search(s["Version"])]
+    assert {"nvidia-open", "cuda-drivers", "nvidia-fabricmanager",
+            "nvidia-driver-pinning-590.48.01"} <= {s["Package"] for s in family}
+    assert sorted(s["Package"] for s in family if not _covered(patterns, s)) == []
+    v = {**defaults("nvidia"), **os_vars("nvidia", "Debian"), "inventory_hostname": "gpu1"}
+    blacklist = re.findall(r'^\s+"(.*)";$',
+                           render("nvidia", "aicluster-nvidia-unattended.conf.j2", v), re.M)
+    assert sorted(s["Package"] for s in family
+                  if not any(re.match(b, s["Package"]) for b in blacklist)) == []
+
+
+@pytest.mark.parametrize(("version", "theirs"), [
+    ("590.48.01", r"^590\.48\.01-"), (None, r"^590\.")], ids=["exact-version", "branch"])
+def test_our_pin_and_nvidias_pinning_package_select_the_same_versions(version, theirs):
+    """The deploy keeps its own pin beside NVIDIA's: they must not fight. NVIDIA's pinning
+    package ships one preferences file, "Pin-Priority 1000 on version <ver>-*" (or the
+    branch's <branch>.*); its Package line is not in the evidence, so it is modelled at its
+    widest (every package). For every package of the driver's installation, our pin alone,
+    NVIDIA's alone and both together give apt the same candidate. (apt reads
+    preferences.d in name order, aicluster-nvidia before nvidia-driver-pin, and ours is the
+    higher priority: either rule apt uses picks ours where both match.)"""
+    index = _index_590()
+    patterns, pin = _pin(version, "590")
+    nvidia = re.compile(theirs)
+    ours = _candidates(patterns, pin, index)
+    only_theirs = _candidates([], re.compile("^$"), index, nvidia)
+    both = _candidates(patterns, pin, index, nvidia)
+    assert _unresolved(patterns, pin, ROOTS_590, index, nvidia) == []
+    family = [n for n, s in ours.items() if pin.search(s["Version"])
+              and not n.startswith("nvidia-driver-pinning-")]
+    assert len(family) > 40
+    for name in family:
+        assert ours[name]["Version"] == only_theirs[name]["Version"] == both[name]["Version"], (
+            name, ours[name]["Version"], only_theirs[name]["Version"], both[name]["Version"])
+
+
+#: NVIDIA's driver installation guide, "Recent Updates", table "Ubuntu 590 package renames"
+#: (the new names, and those it lists unchanged): the packages of the driver's version on
+#: Ubuntu from branch 590 on. libnvsdm (NVLink 5's switch telemetry, "no change") is left
+#: out: aicluster installs none of the NVLink 5 stack, and NVIDIA's pinning package pins
+#: its own list.
+UBUNTU_590_NAMES = (
+    "cuda-drivers", "libnvidia-cfg1", "libnvidia-common", "libnvidia-compute",
+    "libnvidia-decode", "libnvidia-encode", "libnvidia-extra", "libnvidia-fbc1",
+    "libnvidia-gl", "libnvidia-gpucomp", "libnvidia-nscq", "libxnvctrl0", "libxnvctrl-dev",
+    "nvidia-dkms", "nvidia-dkms-open", "nvidia-open", "nvidia-driver-open",
+    "nvidia-fabricmanager",
+)
+
+
+def test_pin_and_blacklist_name_ubuntus_590_packages():
+    patterns, _ = _pin(None, "590")
+    left_out = [n for n in UBUNTU_590_NAMES if not _covered(patterns, {"Package": n})]
+    assert left_out == []
+    v = {**defaults("nvidia"), **os_vars("nvidia", "Debian"), "inventory_hostname": "gpu1"}
+    blacklist = re.findall(r'^\s+"(.*)";$',
+                           render("nvidia", "aicluster-nvidia-unattended.conf.j2", v), re.M)
+    assert [n for n in UBUNTU_590_NAMES if not any(re.match(b, n) for b in blacklist)] == []

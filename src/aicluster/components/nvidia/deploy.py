@@ -219,6 +219,15 @@ def _driver(v: dict[str, Any], plan: dict[str, Any]) -> None:
         )
     else:
         report(name=plan["message"], message=plan["message"])
+        if plan["pinning_missing"]:
+            # Branch 590 on: every install puts NVIDIA's pinning package in first; here the
+            # driver is the one wanted and the package was removed (or is another one).
+            server.shell(
+                name=f"Install NVIDIA's pinning package for {plan['wanted']} (the first of "
+                f"{', '.join(plan['pinning'])} the repository has)",
+                commands=[f"{DRIVER_SCRIPT} pin {' '.join(plan['pinning'])}"],
+                _timeout=NETWORK_TIMEOUT,
+            )
         if plan["fabric_manager_missing"]:
             server.shell(
                 name=f"Install Fabric Manager at driver {plan['loaded']}",

@@ -48,6 +48,8 @@ DECIDE_KEYS = (
     "nvidia_dcgm_packages", "nvidia_container_toolkit_packages", "nvidia_cuda_package",
     "nvidia_lock_packages", "nvidia_package_version_suffix", "nvidia_expected_gpus",
     "nvidia_gpu_model", "nvidia_gpu_vendor", "nvidia_nvswitch_declared", "nvidia_ib_declared",
+    "nvidia_open_modules_lag", "nvidia_precompiled_modules", "nvidia_precompiled_packages",
+    "nvidia_pinning_from_branch", "nvidia_pinning_packages",
 )
 
 
@@ -137,6 +139,36 @@ def _subst(text: str, v: Mapping[str, Any]) -> str:
             .replace("{cuda_major}", str(cuda_major(v["nvidia_driver_branch"]))))
 
 
+#: The driver-package table's entry for NVIDIA's CUDA repository from the branch on which
+#: it names the packages without the branch and pins with a pinning package
+#: (``nvidia_pinning_from_branch``, vars/Debian.yml).
+PINNED_SOURCE = "cuda_repo_pinned"
+PINNING_PREFIX = "nvidia-driver-pinning-"
+
+
+def pinned_packaging(v: Mapping[str, Any]) -> bool:
+    """Whether the node's driver comes from NVIDIA's CUDA repository at a branch whose
+    packages carry no branch in their names, selected by NVIDIA's pinning package (apt,
+    from branch 590 on; never on dnf systems)."""
+    first = v["nvidia_pinning_from_branch"]
+    return (v["nvidia_source"] == "cuda_repo" and first is not None
+            and int(v["nvidia_driver_branch"]) >= int(first))
+
+
+def pinning_packages(v: Mapping[str, Any]) -> list[str]:
+    """NVIDIA's pinning packages for the driver wanted, the one to install first: the
+    exact version's (when nvidia_driver_version is set), then the branch's."""
+    version = v["nvidia_driver_version"]
+    out = []
+    for name in v["nvidia_pinning_packages"] or []:
+        if "{version}" in str(name):
+            if not version:
+                continue
+            name = str(name).replace("{version}", str(version))
+        out.append(_subst(name, v))
+    return out
+
+
 def _auto(value: Any, detected: bool) -> bool:
     """``auto`` -> what was detected; else the value as a boolean (Ansible's extra vars
     give "false" as text)."""
@@ -221,14 +253,35 @@ def decide(
         return out
     flavour = "open" if use_open else "proprietary"
     table = v["nvidia_driver_packages"] or {}
-    if source not in table:
+    # From branch 590 on NVIDIA's CUDA repository for apt drops the branch from the
+    # package names and pins with its pinning package (vars/Debian.yml).
+    pinned = pinned_packaging(v)
+    key = PINNED_SOURCE if pinned else source
+    pinning = pinning_packages(v) if pinned else []
+    installed_pins = sorted(node.get("pinning") or [])
+    # A pinning package that selects another branch or version than the one wanted:
+    # branches before 590 install none, so one there is left from a later branch (or an
+    # administrator's) and would pin apt elsewhere than this deploy's pin.
+    allowed = {f"{PINNING_PREFIX}{x}" for x in (v["nvidia_driver_branch"],
+                                                 v["nvidia_driver_version"]) if x}
+    stale = [p for p in installed_pins if p not in allowed]
+    if not pinned and stale:
+        out["action"] = "stop"
+        out["message"] = (
+            f"{where}: nvidia_driver_branch: NVIDIA's pinning package {', '.join(stale)} "
+            f"is installed and pins the driver's packages to another branch or version "
+            f"than {wanted(v)}, which this deploy pins itself ({APT_PIN}): remove it "
+            f"(apt-get remove {' '.join(stale)}) and deploy again"
+        )
+        return out
+    if key not in table:
         out["action"] = "stop"
         out["message"] = (
             f"{where}: nvidia_source: {distro_id or 'this distribution'} ships no NVIDIA "
             "driver packages aicluster knows; use nvidia_source 'cuda_repo'"
         )
         return out
-    packages = [_subst(p, v) for p in table[source][flavour]]
+    packages = [_subst(p, v) for p in table[key][flavour]]
     precompiled = bool(v["nvidia_precompiled_modules"])
     if precompiled:
         signed = (v["nvidia_precompiled_packages"] or {}).get(source, {}).get(flavour)
@@ -259,7 +312,7 @@ def decide(
                       bool(node.get("nvswitches")) or bool(v["nvidia_nvswitch_declared"]))
     fm_package = ""
     if fm_wanted:
-        fm_package = _subst((v["nvidia_fabric_manager_packages"] or {}).get(source, ""), v)
+        fm_package = _subst((v["nvidia_fabric_manager_packages"] or {}).get(key, ""), v)
         if not fm_package:
             out["action"] = "stop"
             out["message"] = (
@@ -314,7 +367,8 @@ def decide(
     peermem, peermem_reason = _peermem(v, node)
     runtimes = list(node.get("runtimes") or []) if v["nvidia_container_toolkit"] else []
     configured = set(node.get("runtimes_configured") or [])
-    install_args = ([f"--module {stream}"] if stream else []) + (
+    install_args = [f"--pinning {p}" for p in pinning] + (
+        [f"--module {stream}"] if stream else []) + (
         [f"--fabric-manager {fm_package}"] if fm_package else []
     ) + [f"'{p}'" for p in packages]
     out.update(
@@ -325,6 +379,11 @@ def decide(
             "source": source,
             "packages": packages,
             "module_stream": stream,
+            # NVIDIA's pinning package (branch 590 on, apt): the candidates, in order, and
+            # whether none of them is installed (the driver installer installs the first
+            # the repository has, before the driver).
+            "pinning": pinning,
+            "pinning_missing": bool(pinning) and not set(pinning) & set(installed_pins),
             "fabric_manager": fm_package,
             "fabric_manager_missing": bool(fm_package) and fm_package not in have,
             "install_args": " ".join(install_args),
@@ -408,7 +467,8 @@ def repo_location(distribution: Mapping[str, Any] | None, arch: str | None) -> l
 #: What a deploy takes off a host the inventory no longer gives the NVIDIA stack
 #: (aicluster.common.absence): its daemons stopped and disabled (persistence, Fabric
 #: Manager, DCGM), the apt pin, the unattended-upgrades exclusion, the driver tool and
-#: nvidia-peermem's boot load removed. The driver stays installed and held.
+#: nvidia-peermem's boot load removed. The driver stays installed and held (from branch
+#: 590 on with NVIDIA's pinning package, a package too; the services keep their names).
 REMOVAL = {
     "nvidia": {"services": ["nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced"],
                "files": [APT_PIN, UNATTENDED, DRIVER_SCRIPT, PEERMEM_CONF,

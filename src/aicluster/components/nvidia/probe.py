@@ -1,5 +1,6 @@
 """The node's NVIDIA devices and driver: PCI GPUs and NVSwitches, the loaded and the
-installed driver, held packages; the command and the parsing of its lines.
+installed driver, held packages, NVIDIA's pinning package; the command and the parsing of
+its lines.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ if [ -n "${v:-}" ]; then
       | awk -v v="$v" '$1 == "ii" { sub(/^[0-9]+:/, "", $3); if (index($3, v) == 1) \
           print "pkg=" $2 }'
     apt-mark showhold 2>/dev/null | sed 's/^/held=/'
+    dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' 'nvidia-driver-pinning-*' 2>/dev/null \
+      | awk '$1 == "ii" { print "pinning=" $2 }'
   elif command -v rpm >/dev/null 2>&1; then
     rpm -qa --qf '%{NAME} %{VERSION}\n' 2>/dev/null | awk -v v="$v" '$2 == v { print "pkg=" $1 }'
     dnf -q versionlock list 2>/dev/null | sed 's/^/held=/'
@@ -118,6 +121,8 @@ def parse(lines: Iterable[str]) -> dict[str, Any]:
         "runtimes_configured": [],
         "driver_packages": [],
         "unheld": [],
+        # NVIDIA's pinning packages installed (nvidia-driver-pinning-<branch|version>).
+        "pinning": [],
     }
     held: list[str] = []
     for line in lines:
@@ -185,6 +190,8 @@ def parse(lines: Iterable[str]) -> dict[str, Any]:
             out["driver_packages"].append(value)
         elif key == "held":
             held.append(value)
+        elif key == "pinning":
+            out["pinning"].append(value)
     names = _held_names(held)
     out["unheld"] = sorted(p for p in out["driver_packages"] if p not in names)
     return out
