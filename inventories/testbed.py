@@ -145,6 +145,10 @@ if any(_ceph_disks.values()):
         if _ceph_disks[_name]:
             _data["ceph_osd_devices"] = [{"device": d} for d in _ceph_disks[_name]]
     all[1]["ceph_osd_mode"] = "raw"
+    # The nodes are Debian 12 and reach only Debian's archive (through the host's
+    # proxy), not Ceph's repository: Ceph 16 Pacific, Debian 12's own (16.2.x).
+    all[1]["ceph_source"] = "distribution"
+    all[1]["ceph_release"] = "pacific"
     # On the management network, so the role's molecule scenario and the Ceph e2e test
     # (no network component to address the fabric NICs) deploy the same cluster.
     all[1]["ceph_network"] = "management"

@@ -24,6 +24,11 @@ secrets = {
 # k3s's GPU nodes run NVIDIA's device plugin from the lab's registry mirror.
 k3s_nvidia_device_plugin_image = "registry.lab.internal/nvidia/k8s-device-plugin:v0.17.1"
 
+# Ceph (tentacle, the role's default release) from the lab's mirror of Ceph's
+# repository (debian-tentacle/, rpm-tentacle/el9/, keys/release.asc;
+# docs/components/ceph.md).
+ceph_repo_url = "http://mirror.lab.internal/ceph"
+
 # MinIO's buckets: the models readable without credentials (from the cluster networks
 # only: the firewall admits nothing else), the checkpoints private and versioned.
 minio_buckets = [

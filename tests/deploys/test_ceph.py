@@ -3,7 +3,11 @@ quorum, keys), managers, OSDs on named empty devices only (the disk-safety rule:
 device holding data is refused with nothing planned unless wipe, never when mounted),
 a device holding an OSD of this cluster left as it is, pools and CephFS on the first
 monitor, client mounts after CephFS exists; a second run plans no change; Ubuntu and
-Rocky package plans; an OSD host added later touches only itself.
+Rocky package plans; an OSD host added later touches only itself. The pinned release:
+Ceph's repository (key, source, pin; dnf .repo) or the distribution's packages, and a
+host whose installed (or, from the distribution, candidate) Ceph is another release
+refused with nothing planned. Explicit CRUSH rules: every pool on aicluster-<domain>,
+a cluster grown to as many OSD hosts as replicas moved to aicluster-host.
 
 Fake hosts: no host is contacted; the BlockDevices and CephState facts come from
 fixtures shaped as aicluster.common.disks.parse and aicluster.components.ceph.facts.parse return
@@ -39,6 +43,8 @@ REAL = "/dev/nvme1n1"
 NOW = datetime(2026, 1, 1, 12, 0)
 APT_STAMP = "/var/lib/apt/periodic/update-success-stamp"
 FIXED_FSID = "4f1c2a9e-6b3d-4e8f-9a7c-0d2e5b6f8a10"
+#: A site's mirror of Ceph's repository (aicluster names no package host).
+MIRROR = "https://mirror.example.org/ceph"
 SYSTEM = {"name": "nvme0n1", "kname": "nvme0n1", "path": "/dev/nvme0n1", "type": "disk",
           "mountpoints": [None],
           "children": [{"name": "nvme0n1p1", "kname": "nvme0n1p1", "path": "/dev/nvme0n1p1",
@@ -56,6 +62,7 @@ def _cluster_data(secret: str, **extra) -> dict:
         "networks": {"management": {"subnet": "10.10.0.0/24"},
                      "storage": {"subnet": "10.30.0.0/24", "mtu": 9000}},
         "secrets": {"ceph": {"file": secret}},
+        "ceph_repo_url": MIRROR,
         "ceph_pools": [{"name": "rbd", "pg_num": 32, "application": "rbd"}],
         **extra,
     }
@@ -190,10 +197,15 @@ def test_the_order_monitors_keys_osds_pools_cephfs_mounts(secret):
         assert p.op(h, f"Make an OSD on {d} (ceph-volume raw)").text == (
             f"/usr/local/sbin/aicluster-ceph-osd create {d}")
     pools = p.op("ceph1", "Pools (ceph_pools and CephFS's; first monitor)").commands
-    assert "ceph --connect-timeout 60 osd pool create rbd 32 32 replicated" in pools
+    # Three OSD hosts for three replicas: the host rule, made first, on every pool.
+    assert pools[0] == ("ceph --connect-timeout 60 osd crush rule create-replicated "
+                        "aicluster-host default host")
+    assert "ceph --connect-timeout 60 osd pool create rbd 32 32 replicated aicluster-host" \
+        in pools
     assert "ceph --connect-timeout 60 osd pool set rbd size 3" in pools
     assert "ceph --connect-timeout 60 osd pool application enable rbd rbd" in pools
-    assert "ceph --connect-timeout 60 osd pool create cephfs_metadata 16 16 replicated" in pools
+    assert "ceph --connect-timeout 60 osd pool create cephfs_metadata 16 16 replicated " \
+        "aicluster-host" in pools
     fs = p.op("ceph1", "CephFS (ceph fs new, an MDS active; first monitor)")
     assert "fs new cephfs cephfs_metadata cephfs_data" in fs.commands[0]
     assert fs.index > at("ceph1", "Pools (ceph_pools and CephFS's; first monitor)")
@@ -371,11 +383,17 @@ def _deployed(secret, hosts, groups, p) -> dict:
                     dest, body = command[len("upload "):].split("\n", 1)
                     files[dest] = eval(body) if body.startswith("b'") else body.encode()
         r = v["ceph_roles"]
+        # What the plan downloads (the key of Ceph's repository) is there too.
+        for op in p.ops[name]:
+            if op.name == "Ceph repository key" and op.commands:
+                files["/etc/apt/keyrings/aicluster-ceph.asc"] = b"-----BEGIN PGP PUBLIC KEY"
         if r["first_mon"]:
             pools = {pp["name"]: {"size": pp["size"], "min_size": pp["min_size"], "pg_num": 8,
+                                  "crush_rule": pp["crush_rule"],
                                   "applications": [pp["application"] or "cephfs"]}
                      for pp in v["ceph_request"]["pools"]}
-            cluster_state = {"reachable": True, "pools": pools,
+            rules = ["replicated_rule", *(c["name"] for c in v["ceph_request"]["crush_rules"])]
+            cluster_state = {"reachable": True, "pools": pools, "crush_rules": rules,
                              "fs": {"cephfs": {}} if v["ceph_cephfs"] else {},
                              "auth": {e["entity"]: {"key": keys["digests"][e["entity"]],
                                                     "caps": e["caps"]}
@@ -396,7 +414,8 @@ def _deployed(secret, hosts, groups, p) -> dict:
         def file_fact(path, files=files, **kw):
             if path == APT_STAMP:
                 return {"mode": 644, "user": "root", "group": "root", "mtime": NOW}
-            secret_file = "keyring" in path or path.endswith(".secret")
+            secret_file = ("keyring" in path and not path.startswith("/etc/apt/")) \
+                or path.endswith(".secret")
             return {"mode": 600 if secret_file else 755 if path == ceph_derive.OSD_TOOL else 644,
                     "user": "ceph" if secret_file else "root",
                     "group": "ceph" if secret_file else "root"} if path in files else None
@@ -416,8 +435,8 @@ def _deployed(secret, hosts, groups, p) -> dict:
             "BlockDevices": lambda block=block, **kw: block,
             "CephState": state,
             "DebPackages": {pkg: ["16.2.11"] for pkg in (
-                "ceph-common", "ceph-mon", "ceph-mgr", "ceph-osd", "udev", "ceph-mds",
-                "ceph-fuse")},
+                "ceph-common", "ceph-mon", "ceph-mgr", "ceph-osd", "udev", "ceph-volume",
+                "ceph-mds", "ceph-fuse")},
             "Date": NOW + timedelta(minutes=1),
             "SystemdStatus": units, "SystemdEnabled": units,
             "FindInFile": lambda path, pattern, fstab=fstab, **kw: fstab
@@ -522,24 +541,128 @@ def test_a_changed_ceph_conf_restarts_and_reloads_nothing(secret):
         assert _guarded(p, name) == set(), name
 
 
-@pytest.mark.parametrize("distro", ["ubuntu2204", "ubuntu2404"])
-def test_ubuntu_installs_ceph_volume_beside_the_osd(secret, distro):
+@pytest.mark.parametrize("distro, release, suite", [
+    ("ubuntu2204", "tentacle", "jammy"),
+    # Ceph's repository has no tentacle build for noble: umbrella has one.
+    ("ubuntu2404", "umbrella", "noble"),
+])
+def test_ubuntu_installs_ceph_volume_beside_the_osd(secret, distro, release, suite):
     hosts, groups = _three()
-    p = _plan(hosts, groups, secret, _facts(hosts, distro))
+    p = _plan(hosts, groups, secret, _facts(hosts, distro), ceph_release=release)
     install = p.op("ceph2", "Install Ceph").text
     assert "apt-get" in install and "ceph-osd udev ceph-volume" in install
     assert "ceph-fuse" in p.op("client1", "Install Ceph").text
+    source = p.upload("ceph2", "/etc/apt/sources.list.d/aicluster-ceph.list")
+    assert f"{MIRROR}/debian-{release}/ {suite} main\n" in source
 
 
-def test_rocky_adds_the_storage_sigs_repository_first(secret):
+REPO_KEY = "/etc/apt/keyrings/aicluster-ceph.asc"
+REPO_LIST = "/etc/apt/sources.list.d/aicluster-ceph.list"
+REPO_PIN = "/etc/apt/preferences.d/aicluster-ceph.pref"
+REPO_INDEX = "Read Ceph's repository's index (it was just added or changed)"
+
+
+def test_cephs_repository_key_source_and_pin_come_before_the_install(secret):
+    hosts, groups = _three()
+    p = _plan(hosts, groups, secret)
+    names = p.names("ceph2")
+    key = p.op("ceph2", "Ceph repository key")
+    assert f"curl -sSLf {MIRROR}/keys/release.asc -o " in key.text
+    assert "mv /tmp/" in key.text and f" {REPO_KEY}" in key.text
+    source = p.upload("ceph2", REPO_LIST)
+    assert source.endswith(
+        f"deb [signed-by={REPO_KEY}] {MIRROR}/debian-tentacle/ bookworm main\n"), source
+    pin = p.upload("ceph2", REPO_PIN)
+    assert "Package: ceph* libceph* librados* librbd* librgw* " in pin
+    assert 'Pin: origin "mirror.example.org"\nPin-Priority: 990\n' in pin
+    index = p.op("ceph2", REPO_INDEX)
+    assert index.runs and "apt-get update" in index.text
+    assert (names.index("Ceph repository key") < names.index(REPO_INDEX)
+            < names.index("Install Ceph"))
+    # Ceph's own Debian packages ship ceph-volume apart, as Ubuntu's do.
+    assert "ceph-osd udev ceph-volume" in p.op("ceph2", "Install Ceph").text
+    # No package host is named but the inventory's mirror.
+    for name in ("ceph1", "ceph2", "client1"):
+        urls = re.findall(r"https?://\S+", p.commands(name))
+        assert urls and all(u.startswith(MIRROR + "/") for u in urls), urls
+
+
+def test_the_installed_release_is_checked_only_when_the_packages_changed(secret):
+    check = "Check the installed Ceph is tentacle (20)"
+    hosts, groups = _three()
+    first = _plan(hosts, groups, secret)
+    op = first.op("ceph2", check)
+    assert op.conditional and op.runs
+    assert "ceph --version" in op.text and '[ "$v" != 20 ]' in op.text
+    assert "the installed Ceph is ${v:-unreadable}, not ceph_release tentacle (20)" in op.text
+    names = first.names("ceph2")
+    assert names.index("Install Ceph") < names.index(check) < names.index("ceph.conf")
+    again = _plan(hosts, groups, secret, _deployed(secret, hosts, groups, first))
+    assert again.op("ceph2", check).skipped
+    assert again.op("ceph2", REPO_INDEX).skipped
+
+
+@pytest.mark.parametrize("printed, passes", [
+    ("ceph version 20.2.5 (0123abcd) tentacle (stable)", True),
+    # Ceph's own format (Debian 12's 16.2.15, as `ceph --version` prints it).
+    ("ceph version 16.2.15 (618f440892089921c3e944a991122ddc44e60516) pacific (stable)", False),
+    ("", False),
+])
+def test_the_check_after_the_install_reads_ceph_version(printed, passes):
+    """The check's shell, run here with a STAND-IN `ceph` (a shell function)."""
+    import subprocess
+
+    command = ceph_derive.release_check_command(
+        {"ceph_release": "tentacle", "ceph_source": "ceph_repo"}, "ceph2")
+    out = subprocess.run(["sh", "-c", f"ceph() {{ echo '{printed}'; }}; {command}"],
+                         capture_output=True, text=True, timeout=30)
+    assert (out.returncode == 0) is passes, out.stderr
+    if not passes:
+        assert "aicluster: host ceph2: the installed Ceph is " in out.stderr
+        assert "not ceph_release tentacle (20)" in out.stderr
+
+
+def test_rocky_reads_cephs_rpm_repository_with_epel_first(secret):
     hosts, groups = _three()
     p = _plan(hosts, groups, secret, _facts(hosts, "rocky9"))
     names = p.names("ceph1")
-    repo = "Ceph's repository (release package)"
-    assert "centos-release-ceph-reef" in p.op("ceph1", repo).text
-    assert names.index(repo) < names.index("Install Ceph")
+    repo = p.upload("ceph1", "/etc/yum.repos.d/aicluster-ceph.repo")
+    assert f"baseurl={MIRROR}/rpm-tentacle/el9/$basearch\n" in repo
+    assert f"baseurl={MIRROR}/rpm-tentacle/el9/noarch\n" in repo
+    assert repo.count("gpgcheck=1\n") == 2
+    assert repo.count(f"gpgkey={MIRROR}/keys/release.asc\n") == 2
+    assert "dnf install -y epel-release" in p.op("ceph1", "Before Ceph: epel-release").text
+    assert (names.index("Before Ceph: epel-release")
+            < names.index("Ceph repository (tentacle, el9)") < names.index("Install Ceph"))
+    assert "centos-release-ceph" not in p.commands("ceph1")
+    assert REPO_INDEX not in names and "Ceph repository key" not in names  # dnf: no apt
     install = p.op("ceph1", "Install Ceph").text
     assert "dnf" in install and "ceph-mon" in install and "ceph-volume" in install
+
+
+def test_rocky_with_the_distribution_adds_the_storage_sigs_release_package(secret):
+    hosts, groups = _three()
+    p = _plan(hosts, groups, secret, _facts(hosts, "rocky9"), ceph_source="distribution",
+              ceph_release="squid")
+    names = p.names("ceph1")
+    sig = "Before Ceph: centos-release-ceph-squid"
+    assert "dnf install -y centos-release-ceph-squid" in p.op("ceph1", sig).text
+    assert names.index(sig) < names.index("Install Ceph")
+    assert not any(n.startswith("Ceph repository") for n in names)
+    # A repository file of an earlier ceph_repo deploy is taken away.
+    assert "No /etc/yum.repos.d/aicluster-ceph.repo (ceph_source distribution)" in names
+
+
+def test_debian_with_the_distribution_writes_no_repository(secret):
+    hosts, groups = _three()
+    p = _plan(hosts, groups, secret, ceph_source="distribution", ceph_release="pacific")
+    names = p.names("ceph2")
+    assert not any(n.startswith(("Ceph repository", "Pin Ceph's", "Before Ceph"))
+                   for n in names)
+    for path in (REPO_LIST, REPO_KEY, REPO_PIN):
+        assert f"No {path} (ceph_source distribution)" in names
+    assert "ceph-volume" not in p.op("ceph2", "Install Ceph").text  # Debian's own ceph-osd
+    assert "Check the installed Ceph is pacific (16)" in names
 
 
 def test_lvm_mode_installs_lvm2_and_the_tool_uses_ceph_volume_lvm(secret):
@@ -561,6 +684,366 @@ def test_the_kernel_client_mounts_with_a_secret_file(secret):
     assert "ceph-fuse" not in p.op("client1", "Install Ceph").text
 
 
+def _stand_in_repository(root, origin_dir, versions, key_home=None):
+    """A Debian repository layout (dists/bookworm/main/binary-amd64/Packages and a
+    Release with SHA256 sums, signed into InRelease with a key of ``key_home`` when
+    given) listing ceph-common at ``versions``. apt-cache policy reads only indexes: no
+    package file is made."""
+    import email.utils
+    import subprocess
+
+    dists = root / origin_dir / "dists" / "bookworm"
+    (dists / "main" / "binary-amd64").mkdir(parents=True)
+    stanzas = [f"Package: ceph-common\nVersion: {v}\nArchitecture: amd64\nMaintainer: t <t@t>\n"
+               f"Filename: pool/ceph-common_{v}_amd64.deb\nSize: 1\nSHA256: {'0' * 64}\n"
+               "Description: STAND-IN\n" for v in versions]
+    packages = "\n".join(stanzas).encode()
+    (dists / "main" / "binary-amd64" / "Packages").write_bytes(packages)
+    release = ("Origin: stand-in\nSuite: bookworm\nCodename: bookworm\nComponents: main\n"
+               f"Architectures: amd64\nDate: {email.utils.formatdate(usegmt=True)}\nSHA256:\n"
+               f" {hashlib.sha256(packages).hexdigest()} {len(packages)} "
+               "main/binary-amd64/Packages\n")
+    (dists / "Release").write_text(release)
+    if key_home:
+        subprocess.run(["gpg", "--batch", "--yes", "--clearsign", "-o", str(dists / "InRelease"),
+                        str(dists / "Release")], env={"GNUPGHOME": str(key_home)},
+                       check=True, capture_output=True)
+
+
+def test_the_apt_source_and_pin_keep_cephs_repository_over_the_distribution_real_apt(
+        tmp_path, secret):
+    """apt 2.6 itself (this machine's) reads the source and the pin the deploy writes,
+    against STAND-IN repositories on loopback: Ceph's (signed with a key of this test,
+    served over HTTP on a port, ceph-common 20.2.5) and a "distribution" (a file:
+    repository with a NEWER 21.0.0 and Debian 12's 16.2.15). With the pin, the candidate
+    is Ceph's repository's; without it, the newer one would win. The node's fact reads
+    that candidate through the same apt (APT_CONFIG)."""
+    import getpass
+    import http.server
+    import os
+    import shutil
+    import subprocess
+    import threading
+    from functools import partial
+
+    if not all(shutil.which(t) for t in ("apt-get", "apt-cache", "gpg")):
+        pytest.skip("needs apt-get, apt-cache and gpg (a Debian or Ubuntu machine)")
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    env = {"GNUPGHOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key",
+                    "STAND-IN Ceph key <stand-in@example.org>", "default", "default", "never"],
+                   env=env, check=True, capture_output=True)
+    www = tmp_path / "www" / "ceph"
+    (www / "keys").mkdir(parents=True)
+    key = subprocess.run(["gpg", "--armor", "--export"], env=env, check=True,
+                         capture_output=True).stdout
+    (www / "keys" / "release.asc").write_bytes(key)
+    _stand_in_repository(www, "debian-tentacle", ["20.2.5-1bookworm"], home)
+    _stand_in_repository(tmp_path, "distro", ["21.0.0-1", PACIFIC])
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), partial(http.server.SimpleHTTPRequestHandler,
+                                  directory=str(tmp_path / "www")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/ceph"
+        hosts = [_host("ceph1", 31, [{"device": D1}])]
+        groups = {"ceph_mons": ["ceph1"], "ceph_osds": ["ceph1"]}
+        p = _plan(hosts, groups, secret, ceph_repo_url=url)
+        source = p.upload("ceph1", REPO_LIST).replace(REPO_KEY, str(tmp_path / "key.asc"))
+        pin = p.upload("ceph1", REPO_PIN)
+        assert 'Pin: origin "127.0.0.1"' in pin  # the host name alone, no port
+        (tmp_path / "key.asc").write_bytes(key)
+
+        def policy(with_pin: bool) -> tuple[str, dict]:
+            etc, state = tmp_path / f"etc-{with_pin}", tmp_path / f"state-{with_pin}"
+            for d in (etc / "sources.list.d", etc / "preferences.d", state / "lists" / "partial",
+                      tmp_path / f"cache-{with_pin}" / "archives" / "partial"):
+                d.mkdir(parents=True)
+            (state / "status").write_text("")
+            (etc / "sources.list").write_text(
+                f"deb [trusted=yes] file:{tmp_path / 'distro'} bookworm main\n")
+            (etc / "sources.list.d" / "aicluster-ceph.list").write_text(source)
+            if with_pin:
+                (etc / "preferences.d" / "aicluster-ceph.pref").write_text(pin)
+            conf = tmp_path / f"apt-{with_pin}.conf"
+            conf.write_text("\n".join([
+                f'Dir::State "{state}";', f'Dir::State::status "{state}/status";',
+                f'Dir::Cache "{tmp_path}/cache-{with_pin}";', f'Dir::Etc "{etc}";',
+                'Dir::Etc::SourceList "sources.list";', 'Dir::Etc::SourceParts "sources.list.d";',
+                'Dir::Etc::PreferencesParts "preferences.d";', 'APT::Architecture "amd64";',
+                f'APT::Sandbox::User "{getpass.getuser()}";', 'Debug::NoLocking "true";', ""]))
+            apt_env = {**os.environ, "APT_CONFIG": str(conf)}
+            update = subprocess.run(["apt-get", "-q", "update"], env=apt_env,
+                                    capture_output=True, text=True, timeout=120)
+            assert update.returncode == 0 and "E:" not in update.stdout + update.stderr, (
+                update.stdout + update.stderr)
+            out = subprocess.run(["apt-cache", "policy", "ceph-common"], env=apt_env,
+                                 capture_output=True, text=True, timeout=60, check=True).stdout
+            return out, apt_env
+
+        unpinned, _ = policy(False)
+        assert "Candidate: 21.0.0-1" in unpinned, unpinned
+        pinned, apt_env = policy(True)
+        assert "Candidate: 20.2.5-1bookworm" in pinned, pinned
+        assert re.search(r"20\.2\.5-1bookworm 990\n", pinned), pinned
+        # The fact's own program reads the candidate from that apt.
+        lines = _probe(apt_env, tmp_path)
+        assert ceph_probe.parse(lines)["release"]["candidate"] == "20.2.5-1bookworm"
+    finally:
+        server.shutdown()
+
+
+# ---------------------------------------------------------------------------
+# One Ceph release on every host: refused before anything changes
+# ---------------------------------------------------------------------------
+
+#: What the node's fact reads (aicluster.components.ceph.probe), by release: the
+#: installed ceph-common (dpkg's version) and apt's candidate.
+PACIFIC = "16.2.15+ds-0+deb12u2"  # Debian 12's own (apt-cache policy, 2026-12-03)
+TENTACLE = "20.2.5-1bookworm"
+
+
+def _release_state(installed=None, candidate=None, unreadable=""):
+    return {"mon": False, "osds": {}, "mounted": None, "cluster": None,
+            "release": {"installed": installed, "candidate": candidate,
+                        "unreadable": unreadable}}
+
+
+def _refused_host(caplog, p, host, *needles):
+    assert p.ops[host] == [], p.names(host)  # nothing at all on that host
+    text = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    assert f"host {host!r}: ceph:" in text, text
+    for needle in needles:
+        assert needle in text, text
+    return text
+
+
+def test_mixed_releases_are_refused_per_host(caplog, secret):
+    """ceph2 runs Debian's Pacific, ceph3 the pinned Tentacle: ceph2 is refused with
+    nothing planned, naming both releases and how to upgrade; ceph3 and the others go on."""
+    hosts, groups = _three()
+    state = {"ceph2": _release_state(PACIFIC, TENTACLE),
+             "ceph3": _release_state(TENTACLE, TENTACLE)}
+    p = _plan(hosts, groups, secret, _facts(hosts, state=state))
+    text = _refused_host(
+        caplog, p, "ceph2", f"Ceph {PACIFIC} (pacific 16) is installed",
+        "ceph_release tentacle (20)", "one release at a time, outside the deploy",
+        "docs/components/ceph.md#upgrading", "nothing is changed")
+    assert "'ceph3'" not in text and "'ceph1'" not in text
+    assert f"Make an OSD on {D3} (ceph-volume raw)" in p.names("ceph3")
+    assert "Install Ceph" in p.names("ceph1") and "Install Ceph" in p.names("client1")
+
+
+def test_an_installed_older_release_is_refused_even_when_the_repository_has_the_pin(
+        caplog, secret):
+    hosts, groups = _three()
+    # ceph_repo: the candidate (Ceph's repository already added) is the pinned release,
+    # the installed one is older: the deploy does not upgrade between releases.
+    state = {"client1": _release_state("19.2.3-0ubuntu0.24.04.2", TENTACLE)}
+    p = _plan(hosts, groups, secret, _facts(hosts, state=state))
+    _refused_host(caplog, p, "client1", "Ceph 19.2.3-0ubuntu0.24.04.2 (squid 19) is installed")
+
+
+def test_the_pinned_release_installed_everywhere_is_accepted(secret):
+    hosts, groups = _three()
+    state = {n: _release_state(TENTACLE, TENTACLE) for n, _ in hosts}
+    p = _plan(hosts, groups, secret, _facts(hosts, state=state))
+    for name, _ in hosts:
+        assert "Install Ceph" in p.names(name), name
+
+
+def test_the_distributions_other_release_is_refused_before_it_is_installed(caplog, secret):
+    """ceph_source distribution: Debian 12's candidate is Pacific; with tentacle pinned
+    such a host is refused before anything is installed, pointing at ceph_repo, while
+    hosts whose distribution ships tentacle (Ubuntu 26.04's 20.2.0-0ubuntu2) go on."""
+    hosts, groups = _three()
+    state = {n: _release_state(None, PACIFIC if n in ("ceph2", "client1") else
+                               "20.2.0-0ubuntu2") for n, _ in hosts}
+    p = _plan(hosts, groups, secret, _facts(hosts, state=state), ceph_source="distribution")
+    for name in ("ceph2", "client1"):
+        _refused_host(caplog, p, name, f"the distribution's Ceph here is {PACIFIC} "
+                      "(pacific 16), not the cluster's ceph_release tentacle (20)",
+                      "Set ceph_source 'ceph_repo'")
+    assert "Install Ceph" in p.names("ceph1") and "Install Ceph" in p.names("ceph3")
+    state = {n: _release_state(None, PACIFIC) for n, _ in hosts}
+    # Pinned to what the distribution ships, it goes on.
+    caplog.clear()
+    p = _plan(hosts, groups, secret, _facts(hosts, state=state), ceph_source="distribution",
+              ceph_release="pacific")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "Install Ceph" in p.names("ceph2")
+
+
+def test_a_system_cephs_repository_does_not_build_the_release_for_is_refused(caplog, secret):
+    hosts, groups = _three()
+    facts = _facts(hosts)
+    facts["client1"] = _facts([hosts[-1]], "ubuntu2404")["client1"]
+    p = _plan(hosts, groups, secret, facts)
+    _refused_host(caplog, p, "client1", "Ceph's repository has no tentacle build for noble",
+                  "ceph_repo_builds.tentacle: bookworm, jammy, el9",
+                  "ceph_source 'distribution'")
+    assert "Install Ceph" in p.names("ceph1")
+
+
+def test_an_installed_ceph_whose_release_cannot_be_read_is_refused(caplog, secret):
+    hosts, groups = _three()
+    state = {"ceph3": _release_state(
+        unreadable="/usr/bin/ceph is there but `ceph --version` names no version")}
+    p = _plan(hosts, groups, secret, _facts(hosts, state=state))
+    _refused_host(caplog, p, "ceph3", "`ceph --version` names no version",
+                  "must be known to be ceph_release tentacle (20)")
+
+
+def _stub_bin(tmp_path, dpkg=None, policy="", version=None):
+    """Stand-ins for dpkg-query, apt-cache and ceph on PATH, printing what the real ones
+    print (formats captured on Debian 12 on 2026-12-03: ``dpkg-query -W
+    -f='${Status}\\t${Version}'`` of an installed package, ``apt-cache policy``; Ceph's
+    ``ceph --version``)."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scripts = {
+        "dpkg-query": (f"printf 'install ok installed\\t{dpkg}'" if dpkg
+                       else "echo 'dpkg-query: no packages found matching ceph-common' >&2; "
+                            "exit 1"),
+        "apt-cache": f"cat <<'EOF'\n{policy}EOF",
+    }
+    if version:
+        scripts["ceph"] = f"echo 'ceph version {version} (0123abcd) squid (stable)'"
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+DEBIAN12_POLICY = f"""ceph-common:
+  Installed: (none)
+  Candidate: {PACIFIC}
+  Version table:
+     {PACIFIC} 500
+"""
+
+
+def _probe(env, tmp_path):
+    import subprocess
+
+    text = ceph_probe.command_text(ceph_probe.request_text(
+        {"host": "n1", "mode": "raw", "devices": [], "cluster": False,
+         "mount": str(tmp_path), "timeout": 5}))
+    out = subprocess.run(["sh", "-c", text], capture_output=True, text=True, timeout=60,
+                         env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_the_fact_reads_the_installed_and_candidate_release(tmp_path):
+    """The fact's own program, run here with stand-in dpkg-query and apt-cache."""
+    lines = _probe(_stub_bin(tmp_path, dpkg=PACIFIC, policy=DEBIAN12_POLICY), tmp_path)
+    release = ceph_probe.parse(lines)["release"]
+    assert release == {"installed": PACIFIC, "candidate": PACIFIC, "unreadable": ""}
+
+
+def test_the_fact_falls_back_to_ceph_version(tmp_path):
+    lines = _probe(_stub_bin(tmp_path, version="19.2.3"), tmp_path)
+    release = ceph_probe.parse(lines)["release"]
+    assert release["installed"] == "19.2.3" and release["candidate"] is None
+
+
+def test_the_ansible_filter_refuses_the_same_host_from_the_facts_output(tmp_path, secret):
+    """The role's filter (what Ansible runs) decides from the fact's printed lines as the
+    pyinfra deploy does from the parsed fact."""
+    import runpy
+
+    from aicluster import ROLES_DIR
+
+    filters = runpy.run_path(str(ROLES_DIR / "ceph/filter_plugins/aicluster_ceph.py"))
+    decide = filters["FilterModule"]().filters()["aicluster_ceph_decide"]
+    suite = filters["FilterModule"]().filters()["aicluster_ceph_repo_suite"]
+    hosts, groups = _three()
+    _, v, keys = _keys(secret, hosts, groups, "client1")
+    lines = _probe(_stub_bin(tmp_path, dpkg=PACIFIC, policy=DEBIAN12_POLICY), tmp_path)
+    assert suite("Debian", "debian", "12.8", "bookworm") == "bookworm"
+    assert suite("RedHat", "rocky", "9.4", "Blue Onyx") == "el9"
+    plan_ = decide([], lines, v["ceph_request"], keys["fsid"], keys["digests"], "bookworm")
+    assert len(plan_["problems"]) == 1 and not plan_["mount"]
+    assert f"host 'client1': ceph: Ceph {PACIFIC} (pacific 16) is installed" \
+        in plan_["problems"][0]
+    same = ceph_derive.decide({}, ceph_probe.parse(lines), v["ceph_request"], keys["fsid"],
+                              keys["digests"], "bookworm")
+    assert same == plan_
+
+
+# ---------------------------------------------------------------------------
+# CRUSH rules: explicit, on every pool the deploy manages
+# ---------------------------------------------------------------------------
+
+
+def _one_host_three_osds():
+    devices = [D1, D2, D3]
+    hosts = [_host("ceph1", 31, [{"device": d} for d in devices]), _host("client1", 41)]
+    groups = {"ceph_mons": ["ceph1"], "ceph_osds": ["ceph1"], "ceph_mds": ["ceph1"],
+              "ceph_clients": ["client1"]}
+    block = {"lsblk": [SYSTEM], "devices": {d: _record() for d in devices}, "mounts": {}}
+    return hosts, groups, {"ceph1": lambda **kw: block}
+
+
+POOLS_OP = "Pools (ceph_pools and CephFS's; first monitor)"
+
+
+def test_one_osd_host_puts_replicas_on_different_osds_by_its_own_rule(secret):
+    hosts, groups, block = _one_host_three_osds()
+    p = _plan(hosts, groups, secret, _facts(hosts, block=block))
+    pools = p.op("ceph1", POOLS_OP).commands
+    assert pools[0] == ("ceph --connect-timeout 60 osd crush rule create-replicated "
+                        "aicluster-osd default osd")
+    for pool, pg in (("rbd", 32), ("cephfs_metadata", 16), ("cephfs_data", 32)):
+        assert (f"ceph --connect-timeout 60 osd pool create {pool} {pg} {pg} replicated "
+                "aicluster-osd") in pools
+    assert "osd_crush_chooseleaf_type = 0\n" in p.upload("ceph1", "/etc/ceph/ceph.conf")
+
+
+def test_a_cluster_grown_to_three_osd_hosts_moves_its_pools_to_the_host_rule(secret):
+    """Made with one OSD host (3 OSDs, size 3: rule aicluster-osd), then ceph2 and ceph3
+    join as OSD hosts: the next deploy makes aicluster-host and sets it on every pool
+    the deploy manages (size 3 stays); the deploy after that changes no pool."""
+    hosts, groups, block = _one_host_three_osds()
+    first = _plan(hosts, groups, secret, _facts(hosts, block=block))
+    facts = _deployed(secret, hosts, groups, first)
+    assert facts["ceph1"]["CephState"]["cluster"]["pools"]["rbd"]["crush_rule"] == \
+        "aicluster-osd"
+    grown = [*hosts[:1], _host("ceph2", 32, [{"device": D4}]),
+             _host("ceph3", 33, [{"device": REAL}]), hosts[1]]
+    grown_groups = {**groups, "ceph_osds": ["ceph1", "ceph2", "ceph3"]}
+    facts.update(_facts([h for h in grown if h[0] in ("ceph2", "ceph3")],
+                        block={"ceph3": _block(REAL)}))
+    p = _plan(grown, grown_groups, secret, facts)
+    ceph = "ceph --connect-timeout 60"
+    assert p.op("ceph1", POOLS_OP).commands == [
+        f"{ceph} osd crush rule create-replicated aicluster-host default host",
+        f"{ceph} osd pool set rbd crush_rule aicluster-host",
+        f"{ceph} osd pool set cephfs_metadata crush_rule aicluster-host",
+        f"{ceph} osd pool set cephfs_data crush_rule aicluster-host",
+    ]
+    # Once moved, nothing more.
+    moved = facts["ceph1"]["CephState"]["cluster"]
+    moved["crush_rules"].append("aicluster-host")
+    for pool in moved["pools"].values():
+        pool["crush_rule"] = "aicluster-host"
+    assert _plan(grown, grown_groups, secret, facts).op("ceph1", POOLS_OP).commands == []
+
+
+def test_a_pool_set_to_another_rule_by_hand_is_set_back(secret):
+    def change(facts):
+        facts["ceph1"]["CephState"]["cluster"]["pools"]["rbd"]["crush_rule"] = \
+            "replicated_rule"
+
+    _, p = _re_run(secret, change)
+    assert p.op("ceph1", POOLS_OP).commands == [
+        "ceph --connect-timeout 60 osd pool set rbd crush_rule aicluster-host"]
+
+
 # ---------------------------------------------------------------------------
 # Golden renders (the lab inventory) and the fact
 # ---------------------------------------------------------------------------
@@ -574,7 +1057,14 @@ def test_golden_ceph_conf_and_osd_files_for_the_lab():
     cluster = load_cluster(PROJECT_ROOT / "inventories" / "lab.py")
     v = template_vars("ceph", cluster, "storage1", cluster.hosts["storage1"].data, "Debian")
     v["ceph_fsid"] = FIXED_FSID  # derived from the cluster's secret at deploy time
+    v["ceph_repo_suite"] = "bookworm"  # read from the node (Debian 12) at deploy time
     assert_golden(GOLDEN / "ceph.conf", render("ceph", "ceph.conf.j2", v))
+    # The lab's mirror of Ceph's repository: the apt source and the pin.
+    assert_golden(GOLDEN / "aicluster-ceph.list", render("ceph", "aicluster-ceph.list.j2", v))
+    assert_golden(GOLDEN / "aicluster-ceph.pref", render("ceph", "aicluster-ceph.pref.j2", v))
+    rocky = template_vars("ceph", cluster, "storage1", cluster.hosts["storage1"].data, "RedHat")
+    rocky["ceph_repo_suite"] = "el9"
+    assert_golden(GOLDEN / "aicluster-ceph.repo", render("ceph", "aicluster-ceph.repo.j2", rocky))
     assert_golden(GOLDEN / "aicluster-osd-devices", render("ceph", "aicluster-osd-devices.j2", v))
     assert_golden(GOLDEN / "aicluster-ceph-osd", render("ceph", "aicluster-ceph-osd.j2", v))
     assert_golden(GOLDEN / "aicluster-ceph-osds.service",
@@ -714,6 +1204,20 @@ BAD_SETTINGS = [
     ({"ceph_command_timeout": "60"},
      "ceph_command_timeout: Input should be a valid integer (got '60')"),
     ({"ceph_pool": []}, "ceph_pool: not a ceph setting; did you mean ceph_pools?"),
+    ({"ceph_release": "nautilus"},
+     "ceph_release: Input should be 'pacific', 'quincy', 'reef', 'squid', 'tentacle' or "
+     "'umbrella' (got 'nautilus')"),
+    ({"ceph_source": "pip"},
+     "ceph_source: Input should be 'ceph_repo' or 'distribution' (got 'pip')"),
+    ({"ceph_repo_url": "mirror.example.org/ceph"},
+     "ceph_repo_url: String should match pattern '^((https?|file)://\\S+)?$' "
+     "(got 'mirror.example.org/ceph')"),
+    ({"ceph_repo_url": ""},
+     "ceph_repo_url: not set; with ceph_source 'ceph_repo' give the URL of Ceph's "
+     "repository or of your site's mirror of it"),
+    ({"ceph_repo_builds": {"nautilus": ["bookworm"]}},
+     "ceph_repo_builds.nautilus: Input should be 'pacific', 'quincy', 'reef', 'squid', "
+     "'tentacle' or 'umbrella' (got 'nautilus')"),
 ]
 
 
@@ -724,6 +1228,24 @@ def test_bad_settings_are_refused_naming_host_and_field(secret, settings, needle
     text = _errors(hosts, groups, secret, **settings)
     assert "problem(s)):\n  - host 'ceph1': " + needle in text, text
     assert text.count("\n") == 1 and "(and on 3 more host(s)" in text, text
+
+
+def test_a_host_pinned_to_another_release_is_rejected(secret):
+    hosts, groups = _three()
+    hosts[2] = _host("ceph3", 33, [{"device": D3}], ceph_release="squid")
+    text = _errors(hosts, groups, secret)
+    assert ("host 'ceph3': ceph_release: 'squid' differs from 'tentacle' on host 'ceph1'; it "
+            "must be the same on every Ceph host") in text, text
+    assert text.count("\n") == 1, text
+
+
+def test_the_distribution_needs_no_repository_url(secret):
+    hosts, groups = _three()
+    cluster = validate({n: (tuple(g for g, m in groups.items() if n in m),
+                            {**_cluster_data(secret, ceph_source="distribution",
+                                             ceph_release="pacific", ceph_repo_url=""), **d})
+                        for n, d in hosts})
+    assert "ceph1" in cluster.hosts
 
 
 def test_a_client_mount_without_an_mds_is_rejected(secret):

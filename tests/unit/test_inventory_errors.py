@@ -26,6 +26,10 @@ PUBLIC_KEY = (
 )
 
 
+#: A site's mirror of Ceph's repository (a Ceph host from ceph_repo needs one).
+CEPH_MIRROR = "https://mirror.example.org/ceph"
+
+
 def _gpu(count: int, model: str = "H100-SXM5-80GB") -> dict[str, Any]:
     return {"model": model, "count": count, "memory_gb": 80}
 
@@ -1034,9 +1038,27 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "17 drives: no erasure set size of 2 to 16 divides it; MinIO refuses that layout",
     ),
     (
+        "ceph-unknown-release",
+        [("groups.ceph_mons", ["n1"]), ("groups.ceph_osds", ["n1"]),
+         ("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}]),
+         ("all.ceph_repo_url", CEPH_MIRROR), ("all.ceph_release", "nautilus")],
+        "n1", "ceph_release",
+        "Input should be 'pacific', 'quincy', 'reef', 'squid', 'tentacle' or 'umbrella' "
+        "(got 'nautilus')",
+    ),
+    (
+        "ceph-repo-without-url",
+        [("groups.ceph_mons", ["n1"]), ("groups.ceph_osds", ["n1"]),
+         ("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}])],
+        "n1", "ceph_repo_url",
+        "not set; with ceph_source 'ceph_repo' give the URL of Ceph's repository or of your "
+        "site's mirror of it",
+    ),
+    (
         "ceph-min-size-above-the-default-size",
         [("groups.ceph_mons", ["n1"]), ("groups.ceph_osds", ["n1"]),
          ("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}]),
+         ("all.ceph_repo_url", CEPH_MIRROR),
          ("all.ceph_pools", [{"name": "models", "min_size": 2}])],
         "n1", "ceph_pools[0].min_size",
         "2 is more than the pool's size 1",
@@ -1046,6 +1068,7 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         [("groups.ceph_mons", ["n1"]), ("groups.ceph_osds", ["n1", "n2"]),
          ("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}, {"device": "/dev/nvme1n1"}]),
          ("n2.ceph_osd_devices", [{"device": "/dev/nvme0n1"}]),
+         ("all.ceph_repo_url", CEPH_MIRROR),
          ("all.ceph_pool_default_size", 2), ("all.ceph_pools", [{"name": "models", "size": 3}])],
         "n1", "ceph_pools[0].size",
         "3 replicas on different hosts (failure domain host) need 3 OSD hosts; ceph_osds has 2",
@@ -1054,6 +1077,7 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "ceph-placement-groups-above-the-limit",
         [("groups.ceph_mons", ["n1"]), ("groups.ceph_osds", ["n1"]),
          ("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}]),
+         ("all.ceph_repo_url", CEPH_MIRROR),
          ("all.ceph_pools", [{"name": "models", "pg_num": 512}])],
         "n1", "ceph_pools",
         "pool models (pg_num 512, size 1) brings the cluster to 512 placement group "

@@ -154,6 +154,8 @@ def test_a_host_in_every_group_gets_every_component_in_order(spec):
     spec.set("n1.infiniband_opensm_priority", 15)  # an IB fabric needs a subnet manager
     spec.set("n1.nfs_exports", [{"path": "/srv/shared"}])  # an NFS server exports something
     spec.set("n1.ceph_osd_devices", ["/dev/disk/by-id/nvme-osd"])  # an OSD host names a device
+    # Ceph from Ceph's own repository needs its URL (or a mirror's).
+    spec.set("all.ceph_repo_url", "https://mirror.example.org/ceph")
     spec.set("n1.ollama_gateway_port", 11435)  # Ollama itself listens on 11434 there
     cluster = load_cluster(spec.write())
     assert cluster.hosts["n1"].components() == list(COMPONENT_ORDER)

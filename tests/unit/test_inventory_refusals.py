@@ -242,6 +242,7 @@ def test_warnings_are_printed_and_do_not_refuse(spec, tmp_path):
     spec.set("groups.ceph_mons", ["n1", "n2"]).set("groups.ceph_osds", ["n1", "n2"])
     spec.set("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}])
     spec.set("n2.ceph_osd_devices", [{"device": "/dev/nvme0n1"}])
+    spec.set("all.ceph_repo_url", "https://mirror.example.org/ceph")
     spec.set("groups.gpu_nodes", ["n1", "n2"])
     for n in ("n1", "n2"):
         spec.set(f"{n}.hardware.gpus", {"model": "H100-SXM5-80GB", "count": 8})

@@ -55,10 +55,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "slurm_cgroup_plugins": False,
         "slurm_version": "",
     },
-    # nvidia: a branch pin without an exact version, a site mirror's repository layout.
+    # nvidia: a branch pin without an exact version, from branch 590 on (NVIDIA's pinning
+    # package: the installer's pinning steps), a site mirror's repository layout.
     "nvidia": {
         "nvidia_driver_version": None,
-        "nvidia_driver_branch": "575",
+        "nvidia_driver_branch": "590",
         "nvidia_cuda_repo_distro": "ubuntu2404",
         "nvidia_cuda_repo_arch": "sbsa",
     },
@@ -152,6 +153,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 #: inventory (so not in template_vars): a stand-in for MinIO's root password.
 DEPLOY_VALUES: dict[str, dict[str, Any]] = {
     "minio": {"minio_root_password": "parity-stand-in-password"},
+    # ceph: the directory of Ceph's repository the node's system reads (its facts).
+    "ceph": {"ceph_repo_suite": "jammy"},
 }
 
 #: Templates written once per item of a list, with the item in a loop variable

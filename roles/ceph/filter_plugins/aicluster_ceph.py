@@ -10,6 +10,8 @@ from aicluster.components.ceph.derive import (
     decide_from_output,
     mon_mkfs_command,
     pool_commands,
+    release_packages,
+    repo_suite,
     secrets,
 )
 
@@ -23,8 +25,21 @@ def aicluster_ceph_secrets(ref, name, size, fsid, entities, host_name, roles, cl
                    dry=bool(check_mode))
 
 
-def aicluster_ceph_decide(block_lines, ceph_lines, request, fsid, digests):
-    return decide_from_output(block_lines, ceph_lines, request, fsid, digests)
+def aicluster_ceph_decide(block_lines, ceph_lines, request, fsid, digests, suite=""):
+    return decide_from_output(block_lines, ceph_lines, request, fsid, digests, suite)
+
+
+def aicluster_ceph_repo_suite(family, distribution, version, codename=""):
+    """The system's directory in Ceph's repository, from Ansible's facts (os_family,
+    distribution, distribution_version, distribution_release)."""
+    return repo_suite(str(family), str(distribution), str(version), str(codename or ""))
+
+
+def aicluster_ceph_release_packages(source, release, release_pkgs, prepare_pkgs):
+    """What is installed before Ceph (the Storage SIG's release package, or EPEL)."""
+    return release_packages({"ceph_source": source, "ceph_release": release,
+                             "ceph_release_packages": release_pkgs,
+                             "ceph_repo_prepare_packages": prepare_pkgs})
 
 
 def aicluster_ceph_mon_mkfs(fsid, name, mons, msgr2):
@@ -40,6 +55,8 @@ class FilterModule:
         return {
             "aicluster_ceph_secrets": aicluster_ceph_secrets,
             "aicluster_ceph_decide": aicluster_ceph_decide,
+            "aicluster_ceph_repo_suite": aicluster_ceph_repo_suite,
+            "aicluster_ceph_release_packages": aicluster_ceph_release_packages,
             "aicluster_ceph_mon_mkfs": aicluster_ceph_mon_mkfs,
             "aicluster_ceph_pool_commands": aicluster_ceph_pool_commands,
         }

@@ -1,4 +1,10 @@
-"""ceph: a Ceph cluster from the distribution's packages, bootstrapped by hand.
+"""ceph: a Ceph cluster at one pinned release, bootstrapped by hand.
+
+Packages: ``ceph_release`` from Ceph's own repository (``ceph_source: ceph_repo``: its
+key, an apt source with signed-by and an apt pin, or a dnf .repo) or from the
+distribution. Before anything changes on a host, :func:`decide` refuses one whose
+installed Ceph (or, from the distribution, the Ceph it would get) is another release,
+or whose system Ceph's repository does not build the release for.
 
 Monitors (``ceph_mons``) are made from a generated monmap with managers beside them;
 OSDs (``ceph_osds``) on the devices each host's ``ceph_osd_devices`` names, with
@@ -39,7 +45,8 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations.util import any_changed
 
 from aicluster.common.facts import BlockDevices
 from aicluster.common.mounts import FSTAB, fstab_regexp
@@ -50,6 +57,7 @@ from aicluster.common.ops import (
     runs_here,
     this_host,
 )
+from aicluster.common.settings import NETWORK_ARGS
 from aicluster.components.ceph.derive import (
     CONF,
     OSD_DEVICES_FILE,
@@ -61,6 +69,8 @@ from aicluster.components.ceph.derive import (
     osd_wipe_command,
     packages,
     pool_commands,
+    release_packages,
+    repo_suite,
     secrets,
 )
 from aicluster.components.ceph.facts import CephState
@@ -86,15 +96,24 @@ def deploy() -> None:
     block = host.get_fact(BlockDevices, devices=v["ceph_osd_device_list"], paths=[]) \
         if v["ceph_osd_device_list"] else {"lsblk": [], "devices": {}, "mounts": {}}
     state = host.get_fact(CephState, request=v["ceph_fact_request"])
-    decided = decide(block, state, v["ceph_request"], keys["fsid"], keys["digests"])
+    meta = (distribution or {}).get("release_meta") or {}
+    suite = repo_suite(family, str(meta.get("ID", "")), str(meta.get("VERSION_ID", "")),
+                       str(meta.get("VERSION_CODENAME", "")))
+    decided = decide(block, state, v["ceph_request"], keys["fsid"], keys["digests"], suite)
     if decided["problems"]:
         refuse(decided["problems"])
         return
+    v["ceph_repo_suite"] = decided["repo_suite"]
 
-    if v["ceph_release_packages"]:
-        install_packages("Ceph's repository (release package)", v["ceph_release_packages"],
-                         family)
-    install_packages("Install Ceph", packages(v, distribution), family)
+    before = release_packages(v)
+    if before:
+        install_packages(f"Before Ceph: {', '.join(before)}", before, family)
+    _repository(v, family)
+    install = install_packages("Install Ceph", packages(v, distribution), family)
+    # Installed or changed: the installed Ceph is the pinned release.
+    server.shell(name=f"Check the installed Ceph is {v['ceph_release']} "
+                 f"({v['ceph_release_major']})",
+                 commands=[v["ceph_release_check_command"]], _if=install.did_change)
     files.directory(name="Ceph's configuration directory", path="/etc/ceph")
     # A changed ceph.conf restarts nothing: the daemons take the monitor map from the
     # monitors, and read other settings when they are next restarted, one at a time
@@ -147,6 +166,36 @@ def deploy() -> None:
                  commands=v["ceph_fs_commands"] if first and decided["fs_create"] else [])
     if v["ceph_cephfs_mount_path"]:
         _mount(v, decided)
+
+
+def _repository(v: dict[str, Any], family: str) -> None:
+    """Ceph's own repository (ceph_source ceph_repo): its key, the apt source naming it
+    and the apt pin (Debian, Ubuntu), or the dnf .repo (EL9); the apt index read again
+    when any of them changed. With ceph_source distribution, none of them."""
+    files_made = [v["ceph_repo_file"], v["ceph_repo_keyring"], v["ceph_repo_pin_file"]]
+    if v["ceph_source"] != "ceph_repo":
+        for path in host.loop([f for f in files_made if f]):
+            files.file(name=f"No {path} (ceph_source distribution)", path=path, present=False)
+        return
+    changed = []
+    if family == "Debian":
+        files.directory(name="apt keyrings directory", path="/etc/apt/keyrings", mode="755")
+        changed.append(files.download(
+            name="Ceph repository key",
+            src=f"{v['ceph_repo_base']}/{v['ceph_repo_key']}",
+            dest=v["ceph_repo_keyring"],
+            mode="644",
+            **NETWORK_ARGS,
+        ))
+        changed.append(put_template(
+            "ceph", "aicluster-ceph.pref.j2", v["ceph_repo_pin_file"], v,
+            name=f"Pin Ceph's packages to Ceph's repository ({v['ceph_repo_origin']})"))
+    changed.append(put_template(
+        "ceph", v["ceph_repo_template"], v["ceph_repo_file"], v,
+        name=f"Ceph repository ({v['ceph_release']}, {v['ceph_repo_suite']})"))
+    if family == "Debian":
+        apt.update(name="Read Ceph's repository's index (it was just added or changed)",
+                   _if=any_changed(*changed), **NETWORK_ARGS)
 
 
 def _osds(v: dict[str, Any], decided: Mapping[str, Any]) -> None:

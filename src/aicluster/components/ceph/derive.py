@@ -7,18 +7,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import shlex
 import struct
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from aicluster.common.disks import cache_devices, check_devices, describe, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
 from aicluster.common.mounts import fstab_python_regexp, mount_command
 from aicluster.common.networks import host_address, pick_network
-from aicluster.common.settings import config_text, layered, merge_config
+from aicluster.common.settings import config_text, differs_from_first, layered, merge_config
 from aicluster.components.ceph.probe import command_text as ceph_command_text
 from aicluster.components.ceph.probe import parse as ceph_parse
 from aicluster.components.ceph.probe import request_text
@@ -47,6 +49,17 @@ DERIVED_KEYS = ("fsid", "mon_initial_members", "mon_host", "public_network",
 KEY_CONTEXT = b"aicluster-ceph/"
 #: Ceph's CryptoKey header: type AES (1), created (seconds, nanoseconds), length 16.
 KEY_HEADER = struct.pack("<HIIH", 1, 0, 0, 16)
+#: Ceph's stable releases aicluster knows (ceph_release), by codename: each one's major
+#: version (what `ceph --version` and the packages' versions begin with). Ceph's release
+#: index: docs.ceph.com/en/latest/releases/.
+RELEASES = {"pacific": 16, "quincy": 17, "reef": 18, "squid": 19, "tentacle": 20,
+            "umbrella": 21}
+#: Debian's and Ubuntu's suite (codename) by os-release ID and VERSION_ID, for an
+#: os-release that does not give VERSION_CODENAME.
+SUITES = {("debian", "12"): "bookworm", ("debian", "13"): "trixie",
+          ("ubuntu", "22.04"): "jammy", ("ubuntu", "24.04"): "noble"}
+#: The CRUSH rules the deploy makes (one per failure domain in use) are named so.
+CRUSH_RULE_PREFIX = "aicluster-"
 
 
 # ---------------------------------------------------------------------------
@@ -107,10 +120,81 @@ def min_size(size: int) -> int:
     return size - size // 2
 
 
+def crush_rule(cluster: Cluster, v: Mapping[str, Any]) -> str:
+    """The replicated CRUSH rule every pool of the deploy uses: ``aicluster-host`` or
+    ``aicluster-osd`` (:func:`failure_domain`), made by the deploy on the ``default``
+    root. A cluster that grows from one OSD host to as many as its replicas switches
+    its pools to ``aicluster-host`` at the next deploy."""
+    return CRUSH_RULE_PREFIX + failure_domain(cluster, v)
+
+
+def version_major(version: str | None) -> int | None:
+    """The major version of a Ceph package or ``ceph --version`` version
+    ("2:18.2.4-1jammy", "16.2.15+ds-0+deb12u1", "20.2.5"), None when there is none."""
+    match = re.match(r"^(?:\d+:)?(\d+)\.", str(version or "").strip())
+    return int(match.group(1)) if match else None
+
+
+def release_name(major: int | None) -> str:
+    """"tentacle 20", or the bare major version for a release aicluster does not know."""
+    names = {m: n for n, m in RELEASES.items()}
+    return f"{names[major]} {major}" if major in names else str(major)
+
+
+def repo_suite(family: str, distro_id: str, version: str, codename: str = "") -> str:
+    """The directory of Ceph's repository a system reads: the Debian or Ubuntu suite
+    (``debian-<release>/dists/<suite>``: bookworm, jammy, noble), ``el<major>`` on Red
+    Hat's family (``rpm-<release>/el9``); "" when it cannot be told."""
+    distro_id = str(distro_id or "").lower()
+    version = str(version or "")
+    if family == "RedHat":
+        major = version.split(".")[0]
+        return f"el{major}" if major.isdigit() else ""
+    if codename:
+        return str(codename).lower()
+    return SUITES.get((distro_id, version)) or SUITES.get((distro_id, version.split(".")[0]),
+                                                           "")
+
+
+def repo_origin(url: str) -> str:
+    """The site apt names a repository's packages by (``Pin: origin``): the URL's host
+    name alone, without user, port or path (apt 2.6 matches ``origin "host"`` for
+    ``http://host:8080/...``, never ``"host:8080"``; "" for a file: URL)."""
+    return urlsplit(url).hostname or ""
+
+
+def release_request(v: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`decide` checks a host's Ceph against: the pinned release, its major
+    version, where the packages come from and the systems Ceph's repository builds it
+    for (``ceph_repo_builds``)."""
+    release = str(v["ceph_release"])
+    return {"name": release, "major": RELEASES.get(release), "source": str(v["ceph_source"]),
+            "builds": [str(s) for s in (v["ceph_repo_builds"] or {}).get(release) or []]}
+
+
+def release_check_command(v: Mapping[str, Any], host_name: str) -> str:
+    """Run after Ceph's packages were installed or changed: the installed Ceph is the
+    pinned release (``ceph --version``), else the deploy stops on this host, naming both.
+    Before the install, :func:`decide` checked what the host had and, where it could
+    be read, what it would get; this catches a repository that served another release."""
+    release = str(v["ceph_release"])
+    major = RELEASES.get(release)
+    where = (f"check ceph_repo_url and its debian-{release}/ or rpm-{release}/ directory"
+             if v["ceph_source"] == "ceph_repo" else
+             "the distribution gave another release: pin the one it ships")
+    return (
+        "v=$(ceph --version 2>/dev/null | sed -n 's/^ceph version \\([0-9]*\\)\\..*/\\1/p'); "
+        f'if [ "$v" != {major} ]; then echo "aicluster: host {host_name}: the installed Ceph '
+        f'is ${{v:-unreadable}}, not ceph_release {release} ({major}): {where}" >&2; exit 1; fi'
+    )
+
+
 def pools(cluster: Cluster, v: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pools to have: ``ceph_pools`` with their defaults filled in, then the CephFS
-    pools when ceph_mds has hosts (their application is set by ``ceph fs new``)."""
+    pools when ceph_mds has hosts (their application is set by ``ceph fs new``); every
+    one on the deploy's CRUSH rule (:func:`crush_rule`)."""
     size = default_size(cluster, v)
+    rule = crush_rule(cluster, v)
     out = []
     for p in v["ceph_pools"] or []:
         s = int(p.get("size") or size)
@@ -120,12 +204,13 @@ def pools(cluster: Cluster, v: Mapping[str, Any]) -> list[dict[str, Any]]:
             "size": s,
             "min_size": int(p.get("min_size") or min_size(s)),
             "application": str(p.get("application") or "rbd"),
+            "crush_rule": rule,
         })
     if cluster.group("ceph_mds"):
         for key, pg in (("ceph_cephfs_metadata_pool", "ceph_cephfs_metadata_pg_num"),
                         ("ceph_cephfs_data_pool", "ceph_cephfs_data_pg_num")):
             out.append({"name": str(v[key]), "pg_num": int(v[pg]), "size": size,
-                        "min_size": min_size(size), "application": ""})
+                        "min_size": min_size(size), "application": "", "crush_rule": rule})
     return out
 
 
@@ -285,9 +370,12 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "mode": str(v["ceph_osd_mode"]),
         "entities": entities(cluster, c),
         "pools": pools(cluster, c) if r["first_mon"] else [],
+        "crush_rules": ([{"name": crush_rule(cluster, c), "domain": failure_domain(cluster, c)}]
+                        if r["first_mon"] and pools(cluster, c) else []),
         "fs": fs if r["first_mon"] else None,
         "mount": mount,
         "targets": targets,
+        "release": release_request(v),
     }
     return {
         "ceph_roles": r,
@@ -316,6 +404,13 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "ceph_auth_import_command": f"{_ceph(c)} auth import -i {AUTH_KEYRING}",
         "ceph_fs_commands": [fs_command(c, fs), mds_wait_command(c)] if fs else [],
         "ceph_fsid_setting": str(c["ceph_fsid"] or ""),
+        # Ceph's repository (ceph_source ceph_repo): its URL without a trailing /, the
+        # site apt pins Ceph's packages to, the pinned release's major version, and the
+        # check run after the packages changed.
+        "ceph_repo_base": str(v["ceph_repo_url"]).rstrip("/"),
+        "ceph_repo_origin": repo_origin(str(v["ceph_repo_url"])),
+        "ceph_release_major": RELEASES.get(str(v["ceph_release"])),
+        "ceph_release_check_command": release_check_command(v, host_name),
     }
 
 
@@ -400,24 +495,88 @@ def secrets(ref: Mapping[str, Any], name: str, size: int, fsid: str,
 # ---------------------------------------------------------------------------
 
 
+UPGRADE_DOC = "docs/components/ceph.md#upgrading"
+
+
+def release_problems(where: str, wanted: Mapping[str, Any], have: Mapping[str, Any],
+                     suite: str) -> list[str]:
+    """Why this host may not go on with the pinned Ceph release (``wanted``, from
+    :func:`release_request`), from what the node's fact read (``have``: the installed
+    ceph-common or ``ceph --version``, the package manager's candidate) and the system's
+    suite (:func:`repo_suite`). Every Ceph host runs one release: OSDs of an older release
+    cannot join, and Ceph moves between releases one at a time, daemon type by daemon
+    type, which the deploy does not do."""
+    name, major = wanted["name"], wanted["major"]
+    pinned = f"ceph_release {name} ({major})"
+    out = []
+    if have.get("unreadable"):
+        out.append(f"{where}: {have['unreadable']}; the installed Ceph release must be "
+                   f"known to be {pinned}: nothing is changed")
+    installed = have.get("installed")
+    if installed:
+        have_major = version_major(installed)
+        if have_major is None:
+            out.append(f"{where}: cannot read the release of the installed Ceph "
+                       f"({installed!r}); it must be {pinned}: nothing is changed")
+        elif have_major != major:
+            out.append(
+                f"{where}: Ceph {installed} ({release_name(have_major)}) is installed, but "
+                f"the cluster's {pinned}; every Ceph host runs the one pinned release "
+                "(OSDs of another release cannot join) and the deploy does not move a host "
+                "between releases: nothing is changed. Upgrade Ceph one release at a time, "
+                f"outside the deploy ({UPGRADE_DOC}), or set ceph_release to the release "
+                "the cluster runs")
+    if wanted["source"] == "ceph_repo":
+        if not suite:
+            out.append(f"{where}: cannot tell which of Ceph's repository's directories "
+                       "this system reads (its os-release names no suite aicluster "
+                       "knows): nothing is changed; use ceph_source 'distribution'")
+        elif suite not in wanted["builds"]:
+            builds = ", ".join(wanted["builds"]) or "nothing aicluster knows"
+            out.append(
+                f"{where}: Ceph's repository has no {name} build for {suite} "
+                f"(ceph_repo_builds.{name}: {builds}): nothing is changed. Pin a release "
+                f"built for {suite}, add {suite} to ceph_repo_builds.{name} if your mirror "
+                "has it, or use ceph_source 'distribution' with the release it ships")
+        return out
+    candidate = have.get("candidate")
+    candidate_major = version_major(candidate)
+    if candidate and candidate_major != major:
+        out.append(
+            f"{where}: the distribution's Ceph here is {candidate} "
+            f"({release_name(candidate_major)}), not the cluster's {pinned}: nothing is "
+            "changed. Set ceph_source 'ceph_repo' (Ceph's own repository, with "
+            f"ceph_repo_url) to install {name} here, or pin the release every host's "
+            "distribution ships")
+    return out
+
+
 def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
            request: Mapping[str, Any], fsid: str,
-           digests: Mapping[str, str]) -> dict[str, Any]:
-    """What to do on one host, from its BlockDevices and CephState facts.
+           digests: Mapping[str, str], suite: str = "") -> dict[str, Any]:
+    """What to do on one host, from its BlockDevices and CephState facts and its
+    system's suite of Ceph's repository (:func:`repo_suite`).
 
-    ``problems`` (lines naming the host, the device and what is on it: when any,
-    nothing at all is done on the host), ``mon_mkfs``, ``osd_wipe``, ``osd_create``,
-    ``osd_activate`` (devices), and on the first monitor ``auth_import``,
-    ``pools_create`` (pools), ``pools_set`` ([pool, key, value]), ``pools_app``
-    ([pool, application]), ``fs_create``; on a client, ``mount``."""
+    ``problems`` (lines naming the host, the device and what is on it, or the Ceph
+    release it has or would get against the pinned one: when any, nothing at all is
+    done on the host), ``mon_mkfs``, ``osd_wipe``, ``osd_create``, ``osd_activate``
+    (devices), and on the first monitor ``auth_import``, ``crush_rules_create``
+    ([rule, failure domain]), ``pools_create`` (pools), ``pools_set`` ([pool, key,
+    value]), ``pools_rule`` ([pool, rule]), ``pools_app`` ([pool, application]),
+    ``fs_create``; on a client, ``mount``; ``repo_suite``, the suite the repository's
+    source names."""
     where = f"host {request['host']!r}: ceph"
     r = request["roles"]
     out: dict[str, Any] = {
         "problems": [], "mon_mkfs": False, "osd_wipe": [], "osd_create": [],
-        "osd_activate": [], "auth_import": False, "pools_create": [], "pools_set": [],
-        "pools_app": [], "fs_create": False, "mount": False, "targets_enable": [],
+        "osd_activate": [], "auth_import": False, "crush_rules_create": [],
+        "pools_create": [], "pools_set": [], "pools_rule": [], "pools_app": [],
+        "fs_create": False, "mount": False, "targets_enable": [], "repo_suite": suite,
     }
     problems: list[str] = []
+    if request.get("release"):
+        problems += release_problems(where, request["release"], state.get("release") or {},
+                                     suite)
     out["mon_mkfs"] = bool(r["mon"]) and not state.get("mon")
     if r["osd"] and request["devices"]:
         kind = "LVM2_member" if request["mode"] == "lvm" else "ceph_bluestore"
@@ -461,6 +620,10 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
             if not reachable or not have or have.get("key") != digests.get(e["entity"]) \
                     or dict(have.get("caps") or {}) != dict(e["caps"]):
                 out["auth_import"] = True
+        have_rules = (cluster.get("crush_rules") or []) if reachable else []
+        out["crush_rules_create"] = [[rule["name"], rule["domain"]]
+                                     for rule in request.get("crush_rules") or []
+                                     if rule["name"] not in have_rules]
         have_pools = cluster.get("pools") or {}
         for p in request["pools"]:
             have = have_pools.get(p["name"]) if reachable else None
@@ -470,6 +633,8 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
             for key in ("size", "min_size"):
                 if have.get(key) != p[key]:
                     out["pools_set"].append([p["name"], key, p[key]])
+            if p.get("crush_rule") and have.get("crush_rule") != p["crush_rule"]:
+                out["pools_rule"].append([p["name"], p["crush_rule"]])
             if p["application"] and p["application"] not in (have.get("applications") or []):
                 out["pools_app"].append([p["name"], p["application"]])
         fs = request.get("fs")
@@ -490,16 +655,18 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
     out["problems"] = problems
     if problems:
         out.update(mon_mkfs=False, osd_wipe=[], osd_create=[], osd_activate=[],
-                   auth_import=False, pools_create=[], pools_set=[], pools_app=[],
-                   fs_create=False, mount=False, targets_enable=[])
+                   auth_import=False, crush_rules_create=[], pools_create=[], pools_set=[],
+                   pools_rule=[], pools_app=[], fs_create=False, mount=False,
+                   targets_enable=[])
     return out
 
 
 def decide_from_output(block_lines: Iterable[str], ceph_lines: Iterable[str],
                        request: Mapping[str, Any], fsid: str,
-                       digests: Mapping[str, str]) -> dict[str, Any]:
+                       digests: Mapping[str, str], suite: str = "") -> dict[str, Any]:
     """:func:`decide` from the text the facts' commands printed (the Ansible filter)."""
-    return decide(block_parse(block_lines), ceph_parse(ceph_lines), request, fsid, digests)
+    return decide(block_parse(block_lines), ceph_parse(ceph_lines), request, fsid, digests,
+                  suite)
 
 
 # ---------------------------------------------------------------------------
@@ -545,14 +712,21 @@ def mds_wait_command(v: Mapping[str, Any]) -> str:
 
 
 def pool_commands(decided: Mapping[str, Any], timeout: int) -> list[str]:
-    """The commands that make the pools the first monitor lacks and set what differs."""
+    """The commands that make the CRUSH rules and the pools the first monitor lacks
+    and set what differs (a pool's rule included: a cluster grown to as many OSD hosts
+    as replicas moves its pools to the host rule)."""
     ceph = f"ceph --connect-timeout {int(timeout)}"
     out = []
+    for rule, domain in decided.get("crush_rules_create") or []:
+        out.append(f"{ceph} osd crush rule create-replicated {shlex.quote(rule)} default "
+                   f"{shlex.quote(domain)}")
     for p in decided["pools_create"]:
         name = shlex.quote(p["name"])
         sure = " --yes-i-really-mean-it" if p["size"] == 1 else ""
+        rule = f" {shlex.quote(p['crush_rule'])}" if p.get("crush_rule") else ""
         out += [
-            f"{ceph} osd pool create {name} {int(p['pg_num'])} {int(p['pg_num'])} replicated",
+            f"{ceph} osd pool create {name} {int(p['pg_num'])} {int(p['pg_num'])} "
+            f"replicated{rule}",
             f"{ceph} osd pool set {name} size {int(p['size'])}{sure}",
             f"{ceph} osd pool set {name} min_size {int(p['min_size'])}",
         ]
@@ -562,6 +736,8 @@ def pool_commands(decided: Mapping[str, Any], timeout: int) -> list[str]:
     for name, key, value in decided["pools_set"]:
         sure = " --yes-i-really-mean-it" if key == "size" and int(value) == 1 else ""
         out.append(f"{ceph} osd pool set {shlex.quote(name)} {key} {int(value)}{sure}")
+    for name, rule in decided.get("pools_rule") or []:
+        out.append(f"{ceph} osd pool set {shlex.quote(name)} crush_rule {shlex.quote(rule)}")
     for name, app in decided["pools_app"]:
         out.append(f"{ceph} osd pool application enable {shlex.quote(name)} {shlex.quote(app)}")
     return out
@@ -637,6 +813,8 @@ def validate(cluster: Cluster) -> list[str]:
                       "CephFS needs two pools")
     for name in names:
         errors += _check_host(cluster, name)
+    # One Ceph release on every Ceph host: OSDs of an older release cannot join.
+    errors += differs_from_first("ceph", cluster, names, ["ceph_release"], "Ceph host")
     return errors
 
 
@@ -714,6 +892,11 @@ def _check_host(cluster: Cluster, name: str) -> list[str]:
         if e["device"] in cache:
             errors.append(f"{where}: ceph_osd_devices[{i}].device: {e['device']} is also the "
                           "host's NVMe cache drive (nvme_cache_devices); a device has one use")
+    if v["ceph_source"] == "ceph_repo" and not v["ceph_repo_url"]:
+        errors.append(f"{where}: ceph_repo_url: not set; with ceph_source 'ceph_repo' give "
+                      "the URL of Ceph's repository or of your site's mirror of it (the "
+                      "directory holding debian-<release>/, rpm-<release>/ and keys/), or "
+                      "set ceph_source 'distribution'")
     if r["client"] and v["ceph_cephfs_mount"] and not cluster.group("ceph_mds"):
         errors.append(f"{where}: ceph_cephfs_mount: CephFS needs an MDS (a ceph_mds host); "
                       "add one, or set ceph_cephfs_mount to \"\"")
@@ -733,7 +916,8 @@ def packages(v: Mapping[str, Any], distribution: Mapping[str, Any] | None) -> li
         out += v["ceph_mon_packages"]
     if r["osd"]:
         out += v["ceph_osd_packages"]
-        if str((distribution or {}).get("name", "")).lower() == "ubuntu":
+        if str((distribution or {}).get("name", "")).lower() == "ubuntu" \
+                or v["ceph_source"] == "ceph_repo":
             out += v["ceph_osd_ubuntu_packages"]
         if v["ceph_osd_mode"] == "lvm":
             out += v["ceph_osd_lvm_packages"]
@@ -742,6 +926,16 @@ def packages(v: Mapping[str, Any], distribution: Mapping[str, Any] | None) -> li
     if r["client"] and v["ceph_cephfs_mount_path"] and v["ceph_cephfs_mount_type"] == "fuse":
         out += v["ceph_fuse_packages"]
     return list(dict.fromkeys(out))
+
+
+def release_packages(v: Mapping[str, Any]) -> list[str]:
+    """What is installed before Ceph: with ceph_source distribution, the distribution's
+    release package of ``ceph_release`` (EL9: the CentOS Storage SIG's
+    centos-release-ceph-<release>); with ceph_repo, what Ceph's own packages need
+    beside the distribution (EL9: EPEL)."""
+    key = "ceph_repo_prepare_packages" if v["ceph_source"] == "ceph_repo" \
+        else "ceph_release_packages"
+    return [str(p).replace("{release}", str(v["ceph_release"])) for p in v[key] or []]
 
 
 def cluster_key_commands(v: Mapping[str, Any], decided: Mapping[str, Any]) -> list[str]:

@@ -6,9 +6,14 @@ node has one: pyinfra and Ansible need it). It prints one JSON object:
 * ``mon``: this host's monitor exists (``/var/lib/ceph/mon/ceph-HOST/keyring``);
 * ``osds``: per OSD device the inventory names, the OSD ceph-volume finds on it
   (``ceph_fsid``, ``osd_id``, ``osd_uuid``) or none, and whether that OSD is running;
+* ``release``: the installed ceph-common's version (dpkg, rpm; else ``ceph --version``),
+  the version the package manager would install from its local index (apt-cache
+  policy's Candidate, ``dnf --cacheonly repoquery``), and why an installed Ceph's
+  version could not be read, if it could not;
 * with ``cluster`` (asked on the first monitor only): ``cluster.reachable``, the auth
-  entities (each key as a sha256 digest, never the key), the pools (size, min_size,
-  applications) and the CephFS file systems, read with the admin keyring;
+  entities (each key as a sha256 digest, never the key), the CRUSH rules' names, the
+  pools (size, min_size, CRUSH rule by name, applications) and the CephFS file systems,
+  read with the admin keyring;
 * ``mounted``: what is mounted at the CephFS mount point (a client), or null;
 * ``targets``: whether each of Ceph's systemd targets the host needs is enabled.
 

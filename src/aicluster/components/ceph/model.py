@@ -19,7 +19,7 @@ from pydantic import (
 )
 from typing_extensions import NotRequired, TypedDict
 
-from aicluster.components.ceph.derive import DERIVED_KEYS
+from aicluster.components.ceph.derive import DERIVED_KEYS, RELEASES
 from aicluster.fields import AbsPath, PowerOfTwo, SecretName, listed_once, scalar_config
 from aicluster.inventory import DEVICE_RE, NETWORK_NAMES, ComponentSettings
 
@@ -81,6 +81,10 @@ def _plain_device(value: Any) -> Any:
     return {"device": value} if isinstance(value, str) else value
 
 
+#: A Ceph release by codename (aicluster.components.ceph.derive.RELEASES).
+Release = Literal[tuple(RELEASES)]  # type: ignore[valid-type]
+#: A system's directory in Ceph's repository: a Debian or Ubuntu suite, or el<N>.
+Suite = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]{1,31}$")]
 Device = Annotated[str, AfterValidator(_device)]
 #: A pool or file system name.
 PoolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
@@ -117,6 +121,14 @@ def _min_size(pool: Pool) -> Pool:
 
 
 class Settings(ComponentSettings):
+    #: Ceph's own repository (ceph_repo_url) or the distribution's packages.
+    ceph_source: Literal["ceph_repo", "distribution"]
+    #: The release every Ceph host runs, by codename.
+    ceph_release: Release
+    #: "": none given (derive.validate asks for one with ceph_source ceph_repo).
+    ceph_repo_url: Annotated[str, StringConstraints(pattern=r"^((https?|file)://\S+)?$")]
+    #: The systems Ceph's repository (or the site's mirror) builds each release for.
+    ceph_repo_builds: dict[Release, list[Suite]]
     #: "": storage, fabric or management, the first every Ceph host has an address on.
     ceph_network: Network
     #: "": the public network.

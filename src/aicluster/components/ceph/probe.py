@@ -1,5 +1,6 @@
 """Ceph's state on a node, as both engines read it: a small Python program run on the
-node (monitor quorum, OSDs, pools, CephFS) and the parsing of its JSON answer.
+node (the installed and candidate Ceph release, monitor quorum, OSDs, CRUSH rules,
+pools, CephFS) and the parsing of its JSON answer.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import shlex
 from typing import Any
 
 PROGRAM = r'''
-import hashlib, json, os, subprocess, sys
+import hashlib, json, os, re, shutil, subprocess, sys
 a = json.loads(sys.argv[1])
 t = str(a.get("timeout", 60))
 def run(argv, timeout=120, env=None):
@@ -55,6 +56,38 @@ for dev in a["devices"]:
         unit = "ceph-osd@%s" % found["osd_id"]
         found["running"] = run(["systemctl", "is-active", "--quiet", unit]) is not None
     out["osds"][dev] = found
+# The Ceph release: the installed ceph-common (every Ceph host has it) as the package
+# manager records it, else `ceph --version`; and the version the package manager would
+# install now, from its local index (no network).
+rel = {"installed": None, "candidate": None, "unreadable": ""}
+if shutil.which("dpkg-query"):
+    text = run(["dpkg-query", "-W", "-f=${Status}\t${Version}", "ceph-common"])
+    status, _, version = (text or "").partition("\t")
+    if status.strip().endswith(" installed"):
+        rel["installed"] = version.strip()
+        if not version.strip():
+            rel["unreadable"] = "dpkg lists ceph-common as installed with no version"
+    for line in (run(["apt-cache", "policy", "ceph-common"]) or "").splitlines():
+        key, _, value = line.strip().partition(":")
+        if key == "Candidate" and value.strip() not in ("", "(none)"):
+            rel["candidate"] = value.strip()
+elif shutil.which("rpm"):
+    text = run(["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", "ceph-common"])
+    if text and text.strip():
+        rel["installed"] = text.strip()
+    if shutil.which("dnf"):
+        text = run(["dnf", "-q", "--cacheonly", "repoquery", "--latest-limit=1",
+                    "--qf", "%{version}-%{release}", "ceph-common"])
+        lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
+        rel["candidate"] = lines[-1] if lines else None
+if not rel["installed"] and shutil.which("ceph"):
+    found = re.search(r"ceph version (\S+)", run(["ceph", "--version"], 30) or "")
+    if found:
+        rel["installed"] = found.group(1)
+    else:
+        rel["unreadable"] = "%s is there but `ceph --version` names no version" \
+            % shutil.which("ceph")
+out["release"] = rel
 if a.get("cluster") and os.path.exists("/etc/ceph/ceph.conf") \
         and os.path.exists("/etc/ceph/ceph.client.admin.keyring"):
     ceph = ["ceph", "--connect-timeout", t, "-f", "json"]
@@ -62,13 +95,19 @@ if a.get("cluster") and os.path.exists("/etc/ceph/ceph.conf") \
     if auth is not None:
         pools = js(ceph + ["osd", "pool", "ls", "detail"]) or []
         fs = js(ceph + ["fs", "ls"]) or []
+        # Pools name their CRUSH rule by id; the rule dump maps ids to names.
+        rules = js(ceph + ["osd", "crush", "rule", "dump"])
+        rule_names = {r.get("rule_id"): r.get("rule_name") for r in rules or []}
         out["cluster"] = {
             "reachable": True,
             "auth": {e["entity"]: {"key": hashlib.sha256(e.get("key", "").encode()).hexdigest(),
                                    "caps": e.get("caps", {})}
                      for e in auth.get("auth_dump", [])},
+            "crush_rules": sorted(n for n in rule_names.values() if n) if rules is not None
+            else None,
             "pools": {p["pool_name"]: {"size": p.get("size"), "min_size": p.get("min_size"),
                                        "pg_num": p.get("pg_num"),
+                                       "crush_rule": rule_names.get(p.get("crush_rule")),
                                        "applications": sorted(p.get("application_metadata") or {})}
                       for p in pools},
             "fs": {f["name"]: {"metadata_pool": f.get("metadata_pool"),
