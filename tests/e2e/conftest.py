@@ -18,7 +18,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -191,6 +191,9 @@ class Lab:
     #: Which engine's modules share it: "pyinfra" (the ``lab`` fixture, the
     #: ``test_lab*.py`` modules) or "ansible" (``ansible_lab``, ``test_ansible*.py``).
     engine: str = "pyinfra"
+    #: The roles a molecule scenario converged on it (the Ansible lab:
+    #: tests/e2e/test_ansible_molecule.py).
+    converged: set[str] = field(default_factory=set)
 
     @property
     def nodes(self) -> list[dict]:
