@@ -34,12 +34,53 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
+#: Where every Ansible run of the session (molecule's included) records how long each
+#: task took on each host (Ansible's own junit callback, one XML file per run); the
+#: session's end prints the slowest (:func:`ansible_timings`).
+ANSIBLE_TIMINGS = Path("/tmp/aicluster-e2e-ansible-timings")
+
+
 def env() -> dict[str, str]:
     out = dict(os.environ)
     out["PATH"] = f"{BIN}:{out.get('PATH', '')}"
     out["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    out["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.builtin.junit"
+    out["JUNIT_OUTPUT_DIR"] = str(ANSIBLE_TIMINGS)
+    out["JUNIT_TASK_RELATIVE_PATH"] = str(ROOT)
+    out["JUNIT_HIDE_TASK_ARGUMENTS"] = "true"
     out.pop("PYTHONPATH", None)
     return out
+
+
+def ansible_timings(directory: Path = ANSIBLE_TIMINGS, top: int = 25) -> list[str]:
+    """The tasks that took longest over the session's Ansible runs (summed over hosts
+    and runs), as lines ``seconds  runs  file:line task``."""
+    import xml.etree.ElementTree as ET
+
+    total: dict[str, list[float]] = {}
+    for path in sorted(directory.glob("*.xml")):
+        try:
+            root = ET.parse(path).getroot()
+        except ET.ParseError:
+            continue
+        for case in root.iter("testcase"):
+            name = re.sub(r"^\[[^]]*\] ", "", case.get("name", ""))
+            key = f"{case.get('classname', '')} {name}"
+            total.setdefault(key, []).append(float(case.get("time") or 0))
+    ranked = sorted(total.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return [f"{sum(times):8.1f} s {len(times):4d}x  {key}" for key, times in ranked]
+
+
+#: Whether this session ran an end-to-end test (its timings are this session's).
+_RAN_E2E = False
+
+
+def pytest_terminal_summary(terminalreporter):
+    lines = ansible_timings() if _RAN_E2E else []
+    if lines:
+        terminalreporter.section("slowest Ansible tasks (summed over hosts and runs)")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def run(
@@ -324,6 +365,11 @@ def ansible_lab(tmp_path_factory) -> Lab:
 
 @pytest.fixture(scope="session", autouse=True)
 def _kept_testbed_down_at_the_end():
+    import shutil
+
+    global _RAN_E2E
+    _RAN_E2E = True
+    shutil.rmtree(ANSIBLE_TIMINGS, ignore_errors=True)
     yield
     if _KEPT:
         from aicluster import testbed as tb

@@ -96,8 +96,7 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(ansible_lab: L
     on node2), an applied sysctl and node2's CephFS mount (unmounted) are put back,
     and node2, out of ``slurm_workers`` with ``remove_packages = ["slurm"]``, loses
     slurmd and Slurm's packages and leaves Slurm's node list (its data stays, the record
-    is the file pyinfra writes); the next run changes nothing; node2 put back converges
-    (its packages installed again)."""
+    is the file pyinfra writes); the next run changes nothing."""
     from aicluster.common.absence import record_text
 
     testbed = ansible_lab.testbed
@@ -136,6 +135,5 @@ def test_drift_is_repaired_and_a_node_taken_out_of_slurm_loses_it(ansible_lab: L
         again = ansible_lab.playbook(*PLAYS)
         changed = ansible_changed(again.stdout)
         assert changed and not any(changed.values()), changed
-    ansible_lab.playbook(*PLAYS)
-    assert recorded_components(testbed, node2)["slurm"] == ["slurm_workers"]
-    assert_slurm(testbed)
+    # The last test on the Ansible lab (the lab in miniature replaces it next): node2 is
+    # not put back here; tests/e2e/test_lab_absence.py puts a node back with pyinfra.
