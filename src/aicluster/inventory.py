@@ -45,6 +45,7 @@ from pydantic import (
     model_validator,
 )
 
+from aicluster.common import epel
 from aicluster.common.absence import host_mounts
 from aicluster.common.limits import NETWORK_RETRIES, NETWORK_TIMEOUT
 from aicluster.components import derive_module, model_module
@@ -1360,6 +1361,10 @@ def ansible_inventory(path: str | os.PathLike, cluster: Cluster | None = None) -
         # The timeout and retries of every task that waits on the network (as pyinfra's).
         hv["aicluster_network_timeout"] = NETWORK_TIMEOUT
         hv["aicluster_network_retries"] = NETWORK_RETRIES
+        # EL9: how a role reads and enables CodeReady Builder before it installs EPEL (as
+        # the pyinfra deploys do, aicluster.common.epel).
+        hv["aicluster_crb_state_command"] = epel.CRB_STATE_COMMAND
+        hv["aicluster_crb_enable_command"] = epel.CRB_ENABLE_COMMAND
         # What the deploy records on the node, and takes away when it is no longer wanted.
         hv["aicluster_components"] = cluster.hosts[name].roles()
         hv["aicluster_mounts"] = host_mounts(cluster, name)

@@ -149,10 +149,131 @@ def test_rocky_uses_dnf_and_its_own_paths():
     install = p.op("gpu1", "Install base packages").text
     assert "dnf" in install and "chrony" in install
     assert "apt" not in p.commands("gpu1").replace("aicluster", "")
-    assert "proxy=http://10.10.0.10:3142" in p.op("gpu1", "dnf through the package cache").text
     assert "server 10.10.0.10 iburst" in p.upload("gpu1", "/etc/chrony.conf")
     assert "table inet aicluster" in p.upload("gpu1", "/etc/sysconfig/nftables.conf")
     assert "systemctl start chronyd.service" in p.op("gpu1", "chrony running and enabled").text
+
+
+# --- RedHat family: no dnf proxy (the package cache is apt's) --------------------------
+
+NO_DNF_PROXY = "No dnf proxy (the package cache serves apt only)"
+
+
+def _dnf_conf(*lines):
+    """A FindInFile fact for a /etc/dnf/dnf.conf holding ``lines``: the lines the
+    pattern matches (grep -E; the pattern is one Python reads alike)."""
+    import re
+
+    def find(path, pattern, **kw):
+        if path != base_derive.DNF_CONF:
+            return []
+        return [line for line in lines if re.search(pattern, line)]
+
+    return {"FindInFile": find}
+
+
+def test_rocky_with_a_package_cache_gets_no_dnf_proxy_and_says_why(caplog):
+    caplog.set_level(logging.WARNING)
+    p = _plan("rocky9")
+    for host in ("head", "gpu1"):
+        assert "proxy=" not in p.commands(host)
+        assert not p.op(host, NO_DNF_PROXY).runs  # no dnf.conf line to remove
+        assert "Install the cluster package cache (apt-cacher-ng)" not in p.names(host)
+    said = [r.getMessage() for r in caplog.records if "no dnf proxy" in r.getMessage()]
+    # Once per host, naming why.
+    assert sorted(m.split("]", 1)[0] for m in said) == ["[gpu1", "[head"], said
+    assert all("the package cache serves apt only" in m for m in said)
+
+
+def test_rocky_removes_the_dnf_proxy_an_earlier_deploy_wrote_and_no_other():
+    ours = "proxy=http://10.10.0.10:3142"
+    site = "proxy=http://proxy.site.example:3128"
+    p = _plan("rocky9", facts={"gpu1": _dnf_conf("[main]", ours, "gpgcheck=1"),
+                               "head": _dnf_conf("[main]", site)})
+    op = p.op("gpu1", NO_DNF_PROXY)
+    assert op.runs and op.text.startswith("sed -E ") and "/d' /etc/dnf/dnf.conf" in op.text
+    # A proxy the site wrote itself (not the package cache's) stays.
+    assert not p.op("head", NO_DNF_PROXY).runs
+    # Without package_cache now, the line an earlier deploy wrote still goes (and
+    # nothing is said: there is no cache to explain).
+    p = _plan("rocky9", extra={"package_cache": None},
+              facts={"gpu1": _dnf_conf(ours), "head": _dnf_conf(site)})
+    assert p.op("gpu1", NO_DNF_PROXY).runs and not p.op("head", NO_DNF_PROXY).runs
+    # package_proxy: its own line goes too (the same value, written before).
+    proxied = {"package_proxy": "http://proxy.site.example:3128/"}
+    p = _plan("rocky9", extra=proxied, facts={"head": _dnf_conf(site)})
+    assert p.op("head", NO_DNF_PROXY).runs
+    assert ">> /etc/dnf/dnf.conf" not in p.commands("head")  # no proxy line written
+
+
+def test_the_dnf_proxy_pattern_matches_only_the_lines_a_deploy_wrote():
+    import re
+
+    from aicluster.inventory import validate
+
+    data = {"ssh_hostname": "10.0.0.1", "cluster_name": "demo",
+            "networks": {"management": {"subnet": "10.0.0.0/24"}}}
+    pattern = base_derive.dnf_proxy_regexp(validate({"n1": ((), data)}), {})
+    assert re.search(pattern, "proxy=http://10.0.0.1:3142")
+    assert re.search(pattern, "proxy=http://[fd00::1]:3142/")
+    assert not re.search(pattern, "proxy=http://proxy.site.example:3128")
+    assert not re.search(pattern, "#proxy=http://10.0.0.1:3142")
+    assert not re.search(pattern, "proxy_username=x:3142")
+    # The inventory's package_proxy, its dots literal.
+    proxied = {**data, "package_proxy": "http://proxy.site.example:3128/"}
+    pattern = base_derive.dnf_proxy_regexp(validate({"n1": ((), proxied)}), {})
+    assert re.search(pattern, "proxy=http://proxy.site.example:3128")
+    assert not re.search(pattern, "proxy=http://proxyXsite.example:3128")
+
+
+def test_debian_keeps_apt_through_the_cache_and_no_dnf_step():
+    p = _plan("debian12")
+    assert NO_DNF_PROXY not in p.names("gpu1")
+    assert "dnf" not in p.commands("gpu1")
+
+
+# --- firewalld: off where installed, before base's table loads -------------------------
+
+FIREWALLD_OFF = ("Stop, disable and mask firewalld (the table inet aicluster is this host's "
+                 "firewall)")
+
+
+def _firewalld(installed=True):
+    """UnitLoaded as systemctl reads it: firewalld.service ``loaded`` (installed, not
+    masked) or not (absent, or masked by an earlier run)."""
+    return {"UnitLoaded": lambda unit, **kw: installed and unit == "firewalld.service"}
+
+
+def test_rocky_with_firewalld_stops_disables_and_masks_it_before_the_table():
+    p = _plan("rocky9", facts={"gpu1": _firewalld()})
+    names = p.names("gpu1")
+    op = p.op("gpu1", FIREWALLD_OFF)
+    assert op.commands == ["systemctl disable --now firewalld.service",
+                           "systemctl mask firewalld.service"]
+    assert names.index(FIREWALLD_OFF) < names.index("Write the firewall rules")
+    assert names.index(FIREWALLD_OFF) < names.index("Firewall loaded and enabled")
+    # A node without firewalld gets nothing.
+    assert FIREWALLD_OFF not in p.names("head")
+
+
+def test_a_masked_firewalld_is_left_alone_on_the_next_run():
+    # After the first run the unit reads "masked", not "loaded".
+    p = _plan("rocky9", facts={h: _firewalld(installed=False) for h, _ in HOSTS})
+    for host in ("head", "gpu1"):
+        assert not any("firewalld" in n for n in p.names(host)), host
+        assert "firewalld" not in p.commands(host)
+
+
+def test_firewalld_is_left_to_the_site_when_base_has_no_firewall():
+    p = _plan("rocky9", extra={"base_firewall_enabled": False},
+              facts={"gpu1": _firewalld()})
+    assert FIREWALLD_OFF not in p.names("gpu1")
+
+
+def test_debian_without_firewalld_is_unaffected():
+    p = _plan("debian12")
+    for host in ("head", "gpu1"):
+        assert not any("firewalld" in n for n in p.names(host))
 
 
 def test_time_server_serves_the_cluster_and_clients_use_it(distro):

@@ -640,6 +640,32 @@ def test_rocky_reads_cephs_rpm_repository_with_epel_first(secret):
     assert "dnf" in install and "ceph-mon" in install and "ceph-volume" in install
 
 
+CRB = "Enable CodeReady Builder (crb) before EPEL (EPEL's packages need it)"
+
+
+def test_rocky_enables_codeready_builder_before_epel_only_where_it_is_off(secret):
+    """EPEL's own instructions enable CRB before epel-release (some EPEL packages need
+    it): planned on a Rocky node whose .repo files have it off, before EPEL; no change
+    where it is on (a second run); nothing on Debian, or with the Storage SIG (no EPEL)."""
+    from aicluster.common.epel import CRB_ENABLE_COMMAND
+
+    hosts, groups = _three()
+    p = _plan(hosts, groups, secret, _facts(hosts, "rocky9"))
+    for name in ("ceph1", "client1"):
+        names = p.names(name)
+        assert p.op(name, CRB).commands == [CRB_ENABLE_COMMAND]
+        assert names.index(CRB) < names.index("Before Ceph: epel-release")
+    facts = _facts(hosts, "rocky9")
+    for name in facts:
+        facts[name]["CrbEnabled"] = True
+    p = _plan(hosts, groups, secret, facts)
+    assert not p.op("ceph1", CRB).runs and "Before Ceph: epel-release" in p.names("ceph1")
+    assert CRB not in _plan(hosts, groups, secret).names("ceph1")
+    sig = _plan(hosts, groups, secret, _facts(hosts, "rocky9"), ceph_source="distribution",
+                ceph_release="squid")
+    assert CRB not in sig.names("ceph1")
+
+
 def test_rocky_with_the_distribution_adds_the_storage_sigs_release_package(secret):
     hosts, groups = _three()
     p = _plan(hosts, groups, secret, _facts(hosts, "rocky9"), ceph_source="distribution",

@@ -4,9 +4,10 @@ with a golden file a person has read (tests/fixtures/golden/lab-plan/<os>.txt).
 The repository's own ``deploy.py`` runs for every host of ``inventories/lab.py`` (as
 ``pyinfra inventories/lab.py deploy.py`` loads it, group_data included) on fake hosts
 (tests/deploys/harness.py): no host is contacted. Each node is bare (nothing installed,
-no file of ours) with the hardware the lab declares: eight H100 SXM5 GPUs (PCI device
-0x2330) and four NVSwitches (0x22a3) on each GPU node, its four InfiniBand HCAs at the
-PCI addresses the lab names, its NICs by name or MAC, its NVMe and SATA drives empty.
+no file of ours; on Rocky, firewalld on, as Rocky installs it) with the hardware the lab
+declares: eight H100 SXM5 GPUs (PCI device 0x2330) and four NVSwitches (0x22a3) on each
+GPU node, its four InfiniBand HCAs at the PCI addresses the lab names, its NICs by name
+or MAC, its NVMe and SATA drives empty.
 The release artifacts are STAND-INS (files named by the real pins' sha256, holding a
 line of text; pyinfra plans the upload of whatever file it is given) and the secrets
 fixed test values, so the plan is the same on every run and machine.
@@ -154,6 +155,9 @@ def _facts(distro: str, hosts: list[tuple[str, dict]]) -> dict:
             # A machine, not a container: Slurm's cgroup plugins.
             "CgroupWritable": True,
         }
+        if DISTRIBUTIONS[distro]["release_meta"]["ID"] == "rocky":
+            # Rocky installs firewalld and turns it on by default (its unit "loaded").
+            facts["UnitLoaded"] = lambda unit, **kw: unit == "firewalld.service"
         facts["ManagementInterface"] = {"name": "eno1", "mac": facts["NetworkInterfaces"][0]["mac"]}
         if hardware.get("gpus"):
             facts["NvidiaNode"] = _gpu_node()

@@ -161,8 +161,10 @@ def _deployed(distro="ubuntu2204", version=VERSION, extra=None, **output):
 @pytest.mark.parametrize(("distro", "headers", "prepare"), [
     ("debian12", "linux-headers-$(uname -r)", None),
     ("ubuntu2404", "linux-headers-$(uname -r)", None),
+    # The one EPEL command every EPEL install shares (aicluster.common.epel): CRB first.
     ("rocky9", "kernel-devel-$(uname -r)",
-     "dnf -y install dnf-plugins-core epel-release && dnf config-manager --set-enabled crb"),
+     "dnf -y install dnf-plugins-core && dnf config-manager --set-enabled crb"
+     " && dnf -y install epel-release"),
 ])
 def test_the_installer_gets_what_dkms_builds_with_before_the_driver(distro, headers, prepare):
     """DKMS builds the modules against the running kernel's headers, which no driver

@@ -121,6 +121,77 @@ def test_packages_from_epel_at_the_pinned_version_rocky(key_file):
     assert not any(slurm_derive.APT_PIN in op.text for op in p.ops["gpu1"])
 
 
+def _run_installer(script: str, tmp_path, offered: str, mode: str) -> tuple[int, str, list]:
+    """The rendered installer run here with STAND-IN apt-cache, apt-get, dpkg-query and
+    scontrol (each records its call); returns its exit status, stderr and the calls."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    tools = {
+        "apt-cache": f"printf '%s' {offered!r}",
+        "apt-get": "true", "dpkg-query": "printf 22.05.8-4+deb12u3",
+        "scontrol": "echo 'NodeName=gpu1 State=IDLE'", "systemctl": "true",
+    }
+    for name, body in tools.items():
+        tool = bin_dir / name
+        tool.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n{body}\n')
+        tool.chmod(0o755)
+    (tmp_path / "installer").write_text(script)
+    proc = subprocess.run(["sh", str(tmp_path / "installer"), mode], capture_output=True,
+                          text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=60)
+    calls = log.read_text().splitlines() if log.exists() else []
+    return proc.returncode, proc.stderr, calls
+
+
+@pytest.mark.parametrize("mode", ["install", "upgrade"])
+def test_a_pinned_version_the_sources_lack_stops_the_installer_before_any_change(
+        key_file, tmp_path, mode):
+    """apt ignores a pin that matches nothing and would install the distribution's own
+    Slurm: the installer first reads what the sources offer (apt-cache madison) and
+    stops, naming the version, before it drains the node or installs anything."""
+    script = _plan(key_file, "debian12").upload("gpu1", slurm_derive.INSTALLER)
+    madison = " slurm-client | 21.08.5-2ubuntu1 | http://archive jammy/universe amd64 Packages\n"
+    rc, err, calls = _run_installer(script, tmp_path, madison, mode)
+    assert rc == 1, (err, calls)
+    assert ("gpu1: slurm_version 22.05.8: the node's package sources offer no such Slurm "
+            "(they offer: 21.08.5-2ubuntu1); nothing changed") in err
+    assert [c.split()[0] for c in calls] == ["apt-cache"], calls  # no drain, no install
+    ok = " slurm-client | 22.05.8-4+deb12u3 | http://archive bookworm/main amd64 Packages\n"
+    (tmp_path / "calls").unlink(missing_ok=True)
+    import shutil
+
+    shutil.rmtree(tmp_path / "bin")
+    rc, err, calls = _run_installer(script, tmp_path, ok, mode)
+    assert rc == 0, (err, calls)
+    assert any(c.startswith("apt-get install") for c in calls), calls
+
+
+CRB = "Enable CodeReady Builder (crb) before EPEL (EPEL's packages need it)"
+EPEL = "Before Slurm: epel-release"
+
+
+def test_rocky_gets_epel_with_codeready_builder_first_before_slurm(key_file):
+    """Slurm is EPEL's on EL9: epel-release before the installer, CRB enabled before it
+    (EPEL's own instructions) where the node's .repo files have it off; no change once
+    on, and nothing of the kind on Debian."""
+    from aicluster.common.epel import CRB_ENABLE_COMMAND
+
+    p = _plan(key_file, "rocky9")
+    for name in ("head", "gpu1"):
+        names = p.names(name)
+        assert p.op(name, CRB).commands == [CRB_ENABLE_COMMAND]
+        assert "dnf install -y epel-release" in p.op(name, EPEL).text
+        assert (names.index(CRB) < names.index(EPEL)
+                < names.index("Slurm installer (drain, upgrade, resume)"))
+    p = _plan(key_file, "rocky9", facts={"gpu1": {"CrbEnabled": True}})
+    assert not p.op("gpu1", CRB).runs and EPEL in p.names("gpu1")
+    p = _plan(key_file, "debian12")
+    assert CRB not in p.names("gpu1") and EPEL not in p.names("gpu1")
+    assert "epel" not in p.commands("gpu1")
+
+
 def test_ubuntu_uses_the_debian_packages(key_file):
     for distro in ("ubuntu2204", "ubuntu2404"):
         p = _plan(key_file, distro, extra={"slurm_version": "23.11.4"})

@@ -3,7 +3,7 @@ the fact classes themselves."""
 
 import subprocess
 
-from aicluster.common.facts import ContainerVirt, GlobPaths, NftTable
+from aicluster.common.facts import ContainerVirt, CrbEnabled, GlobPaths, NftTable
 
 
 def _read(fact, **kwargs):
@@ -55,6 +55,51 @@ def test_container_virt_without_the_record_asks_systemd_detect_virt(tmp_path):
                            capture_output=True, text=True).stdout
     assert ContainerVirt().process(out.stdout.splitlines()) == ContainerVirt().process(
         asked.splitlines())
+
+
+# Rocky 9's CRB section as its rocky.repo ships it (URLs left out), off; the debug one
+# beside it, and another repository, on.
+ROCKY_REPO = """[baseos]
+name=Rocky Linux $releasever - BaseOS
+gpgcheck=1
+enabled=1
+
+[crb]
+name=Rocky Linux $releasever - CRB
+gpgcheck=1
+enabled={crb}
+countme=1
+
+[crb-debuginfo]
+name=Rocky Linux $releasever - CRB - Debug
+enabled=1
+"""
+
+
+def _crb(repos, tmp_path):
+    for name, text in repos.items():
+        (tmp_path / name).write_text(text)
+    command = CrbEnabled().command().replace("/etc/yum.repos.d", str(tmp_path))
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    return CrbEnabled().process(out.stdout.splitlines())
+
+
+def test_crb_enabled_reads_the_crb_section_of_the_repo_files(tmp_path):
+    assert _crb({"rocky.repo": ROCKY_REPO.format(crb="0")}, tmp_path) is False
+    # As dnf config-manager --set-enabled crb leaves it (either spelling).
+    assert _crb({"rocky.repo": ROCKY_REPO.format(crb="1")}, tmp_path) is True
+    assert _crb({"rocky.repo": ROCKY_REPO.format(crb=" 1")}, tmp_path) is True
+
+
+def test_crb_enabled_reads_rhels_codeready_builder_and_no_files_as_off(tmp_path):
+    rhel = "[codeready-builder-for-rhel-9-x86_64-rpms]\nname=CRB\nenabled = 1\n"
+    assert _crb({"rocky.repo": ROCKY_REPO.format(crb="0"), "redhat.repo": rhel},
+                tmp_path) is True
+    # A section's name is read per file: [crb] of one file is not another's.
+    (tmp_path / "split").mkdir()
+    split = {"a.repo": "[crb]\nname=CRB\n", "b.repo": "enabled=1\n"}
+    assert _crb(split, tmp_path / "split") is False
+    assert _crb({}, tmp_path / "none") is False
 
 
 # --- drift reads (aicluster.common.drift through the facts) ---------------------------

@@ -6,6 +6,7 @@ keyrings this host needs are copied, with no_log)."""
 
 from __future__ import annotations
 
+from aicluster.common.epel import needs_crb
 from aicluster.components.ceph.derive import (
     decide_from_output,
     mon_mkfs_command,
@@ -42,6 +43,11 @@ def aicluster_ceph_release_packages(source, release, release_pkgs, prepare_pkgs)
                              "ceph_repo_prepare_packages": prepare_pkgs})
 
 
+def aicluster_ceph_needs_crb(packages):
+    """Installing these before Ceph installs EPEL (EL9): CodeReady Builder first."""
+    return needs_crb(list(packages or []))
+
+
 def aicluster_ceph_mon_mkfs(fsid, name, mons, msgr2):
     return mon_mkfs_command(fsid, name, mons, msgr2)
 
@@ -57,6 +63,7 @@ class FilterModule:
             "aicluster_ceph_decide": aicluster_ceph_decide,
             "aicluster_ceph_repo_suite": aicluster_ceph_repo_suite,
             "aicluster_ceph_release_packages": aicluster_ceph_release_packages,
+            "aicluster_ceph_needs_crb": aicluster_ceph_needs_crb,
             "aicluster_ceph_mon_mkfs": aicluster_ceph_mon_mkfs,
             "aicluster_ceph_pool_commands": aicluster_ceph_pool_commands,
         }

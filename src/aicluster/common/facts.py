@@ -1,7 +1,8 @@
 """The two shapes of the components' own facts (a yes/no answer, a fixed command's
 parsed output), and small facts about a node's system that several deploys ask: whether
 it is a container, whether an nftables table is loaded, which files a glob matches, the block
-devices the inventory names (:mod:`aicluster.common.disks` reads them).
+devices the inventory names (:mod:`aicluster.common.disks` reads them), whether EL9's
+CodeReady Builder is enabled (:mod:`aicluster.common.epel`).
 
 They are fact classes rather than ``server.Command`` reads so that
 :mod:`aicluster.accel.memo` remembers them between runs and reads them with all the
@@ -16,7 +17,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from aicluster.common import drift
+from aicluster.common import drift, epel
 from aicluster.common.absence import RECORD, parse_record, parse_record_mounts
 from aicluster.common.disks import command_text, parse
 
@@ -72,6 +73,13 @@ class ContainerVirt(FactBase):
     def process(self, output):
         value = "\n".join(output).strip()
         return None if value in ("", "none") else value
+
+
+class CrbEnabled(YesNoFact):
+    """Whether CodeReady Builder (CRB) is enabled on an EL9 node, read from its .repo
+    files (:data:`aicluster.common.epel.CRB_STATE_COMMAND`); False elsewhere."""
+
+    shell = epel.CRB_STATE_COMMAND
 
 
 class NftTable(FactBase):

@@ -1,11 +1,12 @@
 """pyinfra operations several components' deploys use, written once: a template
 rendered and uploaded, an owned directory, a systemd manager drop-in, a system account,
-a command on another host, packages installed with bounded time and retries, the
-validated cluster of the running inventory, its hosts by name, whether this host runs a
-component, a skip said at any verbosity, a host stopped before any operation runs on it,
-the repairs of runtime drift (the live firewall table, applied sysctls, loaded kernel
-modules: each reads the node when it runs and changes something only where the node has
-drifted), and what a host no longer runs taken away (aicluster.common.absence)."""
+a command on another host, packages installed with bounded time and retries (EL9's
+CodeReady Builder enabled before EPEL), the validated cluster of the running inventory,
+its hosts by name, whether this host runs a component, a skip said at any verbosity, a
+host stopped before any operation runs on it, the repairs of runtime drift (the live
+firewall table, applied sysctls, loaded kernel modules: each reads the node when it runs
+and changes something only where the node has drifted), and what a host no longer runs
+taken away (aicluster.common.absence)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pyinfra.facts.files import Directory, Link, Sha1File
 from pyinfra.facts.server import LinuxDistribution, Mounts
 from pyinfra.operations import files, server, systemd
 
-from aicluster.common import drift
+from aicluster.common import drift, epel
 from aicluster.common.absence import (
     RECORD,
     RECORD_DIR,
@@ -31,6 +32,7 @@ from aicluster.common.absence import (
     removals,
 )
 from aicluster.common.facts import (
+    CrbEnabled,
     GlobPaths,
     KernelModulesLoaded,
     NftTableDrift,
@@ -167,6 +169,28 @@ def install_packages(name: str, packages: list[str], family: str):
             name=name, packages=packages, update=True, cache_time=3600, **NETWORK_ARGS
         )
     return dnf.packages(name=name, packages=packages, **NETWORK_ARGS)
+
+
+@operation()
+def crb_enabled():
+    """EL9's CodeReady Builder enabled (:data:`aicluster.common.epel.CRB_ENABLE_COMMAND`),
+    read when the operation runs: where an earlier operation of this run (another
+    component's EPEL) enabled it, nothing."""
+    if host.get_fact(CrbEnabled):
+        host.noop("CodeReady Builder (crb) is enabled")
+    else:
+        yield epel.CRB_ENABLE_COMMAND
+
+
+def enable_crb_for(packages: list[str], family: str):
+    """Before ``packages`` are installed on EL9: where they install EPEL
+    (:func:`aicluster.common.epel.needs_crb`), CodeReady Builder enabled first, as EPEL's
+    own instructions have it (some EPEL packages need CRB's), only where it is not
+    enabled yet (a pyinfra op); on Debian and Ubuntu, or for other packages, nothing."""
+    if family != "RedHat" or not epel.needs_crb(packages):
+        return None
+    return crb_enabled(name="Enable CodeReady Builder (crb) before EPEL (EPEL's packages "
+                       "need it)", **NETWORK_ARGS)
 
 
 _CLUSTERS: dict[int, Cluster] = {}

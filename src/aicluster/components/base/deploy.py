@@ -1,4 +1,5 @@
-"""base: hostname, /etc/hosts, chrony, sysctls, memlock, apt cache, admin users, nftables.
+"""base: hostname, /etc/hosts, chrony, sysctls, memlock, apt cache, admin users, nftables
+(firewalld, where installed, stopped, disabled and masked before it).
 
 Defaults: roles/base/defaults/main.yml. Templates: roles/base/templates/.
 """
@@ -14,12 +15,13 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from aicluster.common.drift import sysctl_apply_command
-from aicluster.common.facts import ContainerVirt, NftTable
+from aicluster.common.facts import ContainerVirt, NftTable, UnitLoaded
 from aicluster.common.ops import (
     current_cluster,
     install_packages,
     nft_rules_loaded,
     put_template,
+    say,
     sysctls_applied,
     system_user,
     systemd_manager_conf,
@@ -28,6 +30,9 @@ from aicluster.common.settings import os_family, template_vars
 from aicluster.components.base.derive import (
     APT_NETWORK_FILE,
     APT_PROXY_FILE,
+    DNF_CONF,
+    FIREWALLD_OFF_COMMANDS,
+    FIREWALLD_UNIT,
     LIMITS_FILE,
     SUDOERS_FILE,
     SYSCTL_FILE,
@@ -108,13 +113,16 @@ def _packages(v: dict[str, Any], family: str) -> None:
         else:
             files.file(name="No apt proxy", path=APT_PROXY_FILE, present=False)
     else:
-        proxy = v["base_apt_proxy_url"]
+        # The package cache is apt's (apt-cacher-ng): dnf goes to its mirrors directly,
+        # and a proxy line an earlier deploy wrote is removed.
+        if v["base_dnf_cache_note"]:
+            say(v["base_dnf_cache_note"])
         files.line(
-            name="dnf through the package cache" if proxy else "No dnf proxy",
-            path="/etc/dnf/dnf.conf",
-            line=r"^proxy=.*$",
-            replace=f"proxy={proxy}" if proxy else "",
-            present=bool(proxy),
+            name="No dnf proxy (the package cache serves apt only)",
+            path=DNF_CONF,
+            line=v["base_dnf_proxy_regexp"],
+            present=False,
+            extended_regex=True,
         )
     install_packages("Install base packages", v["base_packages"], family)
 
@@ -185,6 +193,7 @@ def _firewall(v: dict[str, Any]) -> None:
         else:
             host.noop("firewall disabled and no aicluster table loaded")
         return
+    _firewalld_off()
     conf = put_template(
         "base", "nftables.conf.j2", conf_path, v, name="Write the firewall rules", mode="755"
     )
@@ -202,3 +211,18 @@ def _firewall(v: dict[str, Any]) -> None:
     nft_rules_loaded(
         name="Firewall table as written (reloaded where it drifted)", rules_file=conf_path
     )
+
+
+def _firewalld_off() -> None:
+    """firewalld (on by default on Rocky and RHEL) would drop, by its own zones, the
+    traffic between the nodes that base's table accepts, and its unit conflicts with
+    nftables': where it is installed and not masked, it is stopped, disabled and masked
+    before base's table loads (as k3s's and HPC deploy tools' documentation asks when
+    another tool owns the rules). A masked one is left so: a second run does nothing,
+    and a node without firewalld gets nothing."""
+    if host.get_fact(UnitLoaded, unit=FIREWALLD_UNIT):
+        server.shell(
+            name="Stop, disable and mask firewalld (the table inet aicluster is this "
+            "host's firewall)",
+            commands=list(FIREWALLD_OFF_COMMANDS),
+        )

@@ -16,6 +16,25 @@ SYSCTL_FILE = "/etc/sysctl.d/90-aicluster-network.conf"
 LIMITS_FILE = "/etc/security/limits.d/90-aicluster-memlock.conf"
 SYSTEMD_LIMITS_FILE = "/etc/systemd/system.conf.d/90-aicluster-limits.conf"
 SUDOERS_FILE = "/etc/sudoers.d/90-aicluster-admins"
+DNF_CONF = "/etc/dnf/dnf.conf"
+#: Rocky's and RHEL's default firewall: where it is installed, base's own table is the
+#: host firewall and firewalld is stopped, disabled and masked before it loads.
+FIREWALLD_UNIT = "firewalld.service"
+FIREWALLD_OFF_COMMANDS = [
+    f"systemctl disable --now {FIREWALLD_UNIT}",
+    f"systemctl mask {FIREWALLD_UNIT}",
+]
+
+#: Why a RedHat-family node installs without the cluster's package cache (said once per
+#: host, by both engines, where package_cache or package_proxy is set).
+DNF_NO_CACHE_NOTE = (
+    "no dnf proxy: the package cache serves apt only (apt-cacher-ng does not relay the "
+    "HTTPS that dnf's mirrors use); dnf on this host reaches its mirrors directly"
+)
+
+#: Characters a regular expression reads as its own, escaped alike in POSIX extended
+#: regular expressions (grep -E, sed -E: pyinfra) and Python's (Ansible's lineinfile).
+_REGEX_SPECIAL = frozenset("\\.^$*+?()[]{}|")
 
 
 # ---------------------------------------------------------------------------
@@ -32,6 +51,23 @@ def apt_proxy_url(cluster: Cluster, data: Mapping[str, Any]) -> str:
         port = layered("base", data)["base_package_cache_port"]
         return f"http://{cache.address}:{port}"
     return ""
+
+
+def _regex_literal(text: str) -> str:
+    return "".join(f"\\{c}" if c in _REGEX_SPECIAL else c for c in text)
+
+
+def dnf_proxy_regexp(cluster: Cluster, data: Mapping[str, Any]) -> str:
+    """The ``proxy=`` lines of /etc/dnf/dnf.conf an earlier deploy wrote, which this one
+    removes (dnf goes without the package cache): a proxy at apt-cacher-ng's port
+    (``base_package_cache_port``) on any host, or the inventory's ``package_proxy``. A
+    proxy the site wrote there itself, elsewhere, is left alone. A POSIX extended
+    regular expression that Python reads alike."""
+    port = int(layered("base", data)["base_package_cache_port"])
+    urls = [f"https?://[^/ ]+:{port}"]
+    if cluster.spec.package_proxy:
+        urls.append(_regex_literal(cluster.spec.package_proxy.rstrip("/")))
+    return f"^proxy=({'|'.join(urls)})/?$"
 
 
 def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,6 +87,10 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "base_firewall_ssh_port": me.spec.ssh_port,
         "base_apt_proxy_url": apt_proxy_url(cluster, data),
         "base_package_cache_here": cluster.spec.package_cache == host_name,
+        # RedHat-family nodes: no dnf proxy (the cache serves apt only), what an earlier
+        # deploy wrote removed, and why said once.
+        "base_dnf_proxy_regexp": dnf_proxy_regexp(cluster, data),
+        "base_dnf_cache_note": DNF_NO_CACHE_NOTE if apt_proxy_url(cluster, data) else "",
         "base_chrony_sources": sources,
         "base_chrony_allow": cluster.network_subnets() if is_time_server else [],
         "base_chrony_local": is_time_server and not upstream,

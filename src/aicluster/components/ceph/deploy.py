@@ -51,6 +51,7 @@ from pyinfra.operations.util import any_changed
 from aicluster.common.facts import BlockDevices
 from aicluster.common.mounts import FSTAB, fstab_regexp
 from aicluster.common.ops import (
+    enable_crb_for,
     install_packages,
     put_template,
     refuse,
@@ -107,6 +108,7 @@ def deploy() -> None:
 
     before = release_packages(v)
     if before:
+        enable_crb_for(before, family)
         install_packages(f"Before Ceph: {', '.join(before)}", before, family)
     _repository(v, family)
     install = install_packages("Install Ceph", packages(v, distribution), family)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from aicluster.common.epel import EPEL_COMMAND
 from aicluster.common.rollout import drain_command, uncordon_command
 from aicluster.common.settings import (
     layered,
@@ -116,6 +117,9 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         # the variables it hands to decide() (through its filter plugin).
         "nvidia_fact_command": FACT_COMMAND,
         "nvidia_decide_keys": list(DECIDE_KEYS),
+        # EL9: CodeReady Builder, then EPEL (dkms), as every EPEL install of the deploy
+        # (the installer runs it where nvidia_prepare_epel).
+        "nvidia_epel_command": EPEL_COMMAND,
     }
 
 

@@ -19,7 +19,13 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, server, systemd
 
 from aicluster.common.facts import UnitLoaded
-from aicluster.common.ops import put_template, say, this_host
+from aicluster.common.ops import (
+    enable_crb_for,
+    install_packages,
+    put_template,
+    say,
+    this_host,
+)
 from aicluster.common.settings import NETWORK_ARGS
 from aicluster.common.versions import version_matches
 from aicluster.components.slurm.derive import (
@@ -103,6 +109,11 @@ def _packages(v: dict[str, Any], family: str) -> bool:
                      name=f"Pin Slurm's packages at {v['slurm_version']}")
     elif v["slurm_apt_pin"]:
         files.file(name="No Slurm version pin", path=APT_PIN, present=False)
+    # EL9: Slurm is EPEL's (CodeReady Builder enabled first).
+    before = list(v["slurm_prepare_packages"] or [])
+    if before:
+        enable_crb_for(before, family)
+        install_packages(f"Before Slurm: {', '.join(before)}", before, family)
     put_template("slurm", "aicluster-slurm-install.j2", INSTALLER, v,
                  name="Slurm installer (drain, upgrade, resume)", mode="755")
 
