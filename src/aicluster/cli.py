@@ -19,10 +19,15 @@ def main() -> None:
 @click.argument("inventory", type=click.Path(dir_okay=False))
 def validate(inventory: str) -> None:
     """Check INVENTORY without contacting any host (exit 2 on bad input)."""
+    from aicluster.checks.context import check_thresholds
     from aicluster.inventory import InventoryError, load_cluster, warning_lines
 
     try:
         cluster = load_cluster(inventory)
+        # aicluster check's thresholds too, so a typo there is found before a deploy.
+        errors = check_thresholds(cluster)
+        if errors:
+            raise InventoryError(errors, inventory)
     except InventoryError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
@@ -131,6 +136,100 @@ def artifacts_fetch(inventory: str, dest: str | None, progress: bool | None) -> 
         sys.exit(1)
     where = f" into {target}" if target else f" in {store.cache_dir}"
     click.echo(f"{len(arts)} artifact(s) verified{where}")
+
+
+@main.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.option("--quick", "tier", flag_value="quick",
+              help="Inventory against reality, services, ports, MTU, time: <= 60 s a node.")
+@click.option("--standard", "tier", flag_value="standard", default=True,
+              help="The default: adds bandwidth, storage and stack smoke tests.")
+@click.option("--burn-in", "tier", flag_value="burn-in",
+              help="Adds the long GPU and NCCL runs (dcgmi diag level 3).")
+@click.option("--limit", default="", metavar="NODE[,NODE...]",
+              help="Check only these nodes (pair tests among them).")
+@click.option("--layer", "layers", multiple=True,
+              type=click.Choice(["nodes", "network", "infiniband", "gpu", "storage", "stacks"]),
+              help="Only these layers (repeat the option); SSH reachability always runs.")
+@click.option("--json", "json_out", metavar="FILE", help="Write the results as JSON "
+              "(result.schema.json) to FILE; - for standard output instead of the table.")
+@click.option("--junit", metavar="FILE", help="Write the results as JUnit XML to FILE.")
+@click.option("--prometheus", metavar="FILE", help="Write a textfile for node_exporter's "
+              "textfile collector (aicluster_check_*) to FILE.")
+@click.option("--baseline", metavar="FILE", help="Record the fleet's figures in FILE when "
+              "it does not exist; otherwise warn about a node more than "
+              "--baseline-tolerance below the recorded fleet median.")
+@click.option("--baseline-tolerance", default=5.0, show_default=True, metavar="PERCENT",
+              type=click.FloatRange(0, 100))
+@click.option("--drain", is_flag=True, help="Drain failed Slurm nodes (reason "
+              "'aicluster: <check>'); resume nodes drained so that pass now.")
+@click.option("--local", metavar="NODE", help="Run NODE's own probes on this machine, "
+              "without SSH (Slurm's HealthCheckProgram on the node); no pair tests.")
+@click.option("--workers", default=16, show_default=True, type=click.IntRange(1, 256),
+              help="Probes run at once.")
+def check(inventory: str, tier: str, limit: str, layers: tuple[str, ...],
+          json_out: str | None, junit: str | None, prometheus: str | None,
+          baseline: str | None, baseline_tolerance: float, drain: bool,
+          local: str | None, workers: int) -> None:
+    """Prove the deployed cluster of INVENTORY is fit for AI work: every check as PASS,
+    WARN, FAIL, TIMEOUT, SKIP (with the reason) or ERROR, its value beside its threshold.
+
+    Exit status: 0 nothing failed, 1 a check failed or timed out, 2 bad input (nothing
+    run), 3 a check could not run. See docs/check.md.
+    """
+    from pathlib import Path
+
+    from aicluster.checks import baseline as baselines
+    from aicluster.checks import drain as drains
+    from aicluster.checks import report
+    from aicluster.checks.context import Context, ThresholdError, check_thresholds
+    from aicluster.checks.plan import LAYERS
+    from aicluster.checks.result import exit_code
+    from aicluster.checks.runner import local_transport
+    from aicluster.checks.session import Progress, run, transport_for
+    from aicluster.inventory import InventoryError, load_cluster
+
+    try:
+        cluster = load_cluster(inventory)
+        errors = check_thresholds(cluster)
+        if errors:
+            raise InventoryError(errors, inventory)
+        nodes = tuple(n for n in (local or limit).split(",") if n)
+        ctx = Context(cluster, tier, nodes)
+    except (InventoryError, ThresholdError) as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    transport = local_transport if local else transport_for(cluster)
+    chosen = tuple(layers) or LAYERS
+    results = run(ctx, transport, workers=workers, layers=chosen,
+                  progress=Progress(), pairs=not local)
+    if baseline:
+        path = Path(baseline)
+        if path.exists():
+            results += baselines.compare(path, results, baseline_tolerance / 100)
+        else:
+            kept = baselines.record(path, results)
+            click.echo(f"baseline: {kept} figures recorded in {path}", err=True)
+    if json_out == "-":
+        click.echo(report.to_json(results))
+    else:
+        click.echo(report.table(results))
+        counts = report.counts(results)
+        click.echo(" ".join(f"{k}={v}" for k, v in counts.items() if v) +
+                   f"  ({len(ctx.nodes())} nodes, {ctx.tier.value} tier)")
+        if json_out:
+            Path(json_out).write_text(report.to_json(results) + "\n")
+    if junit:
+        Path(junit).write_text(report.junit(results) + "\n")
+    if prometheus:
+        target = Path(prometheus)
+        part = target.with_name(f".{target.name}.part")
+        part.write_text(report.prometheus(results))
+        part.replace(target)  # node_exporter never reads a half-written file
+    if drain:
+        for line in drains.apply(ctx, results, transport):
+            click.echo(line, err=json_out == "-")
+    sys.exit(exit_code(results))
 
 
 def _add_testbed() -> None:

@@ -65,6 +65,10 @@ class Probe:
     timeout: float = 30.0
     node: str | None = None
     pair: tuple[str, str] | None = None
+    #: For a pair: a command started in the background on the pair's second node
+    #: before ``command`` runs on the first (an iperf3 or ib_write_bw server), bounded by
+    #: the same limit. The command on the first node waits for it (retries).
+    server: str | None = None
 
     @property
     def runs_on(self) -> str:
@@ -123,9 +127,18 @@ def ssh_transport(argv_for: Callable[[str], list[str]]) -> Transport:
     return transport
 
 
+def background(command: str, limit: float) -> str:
+    """``command`` started detached on the node (its own session, no terminal, output
+    discarded), under ``timeout`` so that it never outlives ``limit`` seconds."""
+    return (f"setsid {bounded(command, limit)} </dev/null >/dev/null 2>&1 & "
+            "echo started")
+
+
 def run_probe(probe: Probe, transport: Transport) -> list[Result]:
     start = time.monotonic()
     try:
+        if probe.server is not None and probe.pair is not None:
+            transport(probe.pair[1], background(probe.server, probe.timeout), 15)
         completed = transport(probe.runs_on, probe.command, probe.timeout)
     except TimedOut as exc:
         return [Result(probe.check, Status.TIMEOUT, layer=probe.layer,
@@ -173,3 +186,82 @@ def run_probes(
             if progress:
                 progress(done, len(todo), todo[i])
     return [r for rs in results for r in rs]
+
+
+@dataclass
+class PairCheck:
+    """A test between every two of ``nodes``: ``make(a, b)`` is its probe for one pair
+    (run on ``a``, its server on ``b``). Run in rounds of disjoint pairs, then each
+    node of a failed pair that passed with nobody is re-tested against a node that
+    passed (:mod:`aicluster.checks.schedule`)."""
+
+    check: str
+    layer: str
+    nodes: list[str]
+    make: Callable[[str, str], Probe]
+
+
+def _passed(results: list[Result]) -> bool:
+    return all(r.status in (Status.PASS, Status.WARN, Status.SKIP) for r in results)
+
+
+def _disjoint_batches(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """The pairs in batches where no node is in two pairs (greedy, order kept)."""
+    batches: list[list[tuple[str, str]]] = []
+    for pair in pairs:
+        for batch in batches:
+            if not {n for p in batch for n in p} & set(pair):
+                batch.append(pair)
+                break
+        else:
+            batches.append([pair])
+    return batches
+
+
+def run_pair_check(
+    pair_check: PairCheck,
+    transport: Transport,
+    workers: int = 16,
+    progress: Callable[[int, int, Probe], None] | None = None,
+) -> list[Result]:
+    """Every pair's results, round by round, then the re-tests (their results carry
+    ``details["retest"]``; a suspect whose re-test failed too is named in it as
+    ``details["blamed"]``)."""
+    from aicluster.checks.schedule import retest_pairs, rounds
+
+    results: list[Result] = []
+    passed: list[tuple[str, str]] = []
+    failed: list[tuple[str, str]] = []
+    for batch in rounds(pair_check.nodes):
+        for pair, pair_results in zip(batch, _run_batch(pair_check, batch, transport,
+                                                         workers, progress), strict=True):
+            (passed if _passed(pair_results) else failed).append(pair)
+            results += pair_results
+    retests = retest_pairs(failed, passed)
+    for batch in _disjoint_batches(retests):
+        for pair, pair_results in zip(batch, _run_batch(pair_check, batch, transport,
+                                                         workers, progress), strict=True):
+            ok = _passed(pair_results)
+            for result in pair_results:
+                result.details["retest"] = True
+                if not ok:
+                    result.details["blamed"] = pair[0]
+                    result.message = (f"{pair[0]} failed again against {pair[1]}, a node "
+                                      f"that passed: {pair[0]} is the likely cause; "
+                                      + result.message)
+            results += pair_results
+    return results
+
+
+def _run_batch(pair_check: PairCheck, batch: list[tuple[str, str]], transport: Transport,
+               workers: int, progress) -> list[list[Result]]:
+    probes = [pair_check.make(a, b) for a, b in batch]
+    out: list[list[Result]] = [[] for _ in probes]
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(probes)))) as pool:
+        futures = {pool.submit(run_probe, p, transport): i for i, p in enumerate(probes)}
+        for future in as_completed(futures):
+            i = futures[future]
+            out[i] = future.result()
+            if progress:
+                progress(0, 0, probes[i])
+    return out
