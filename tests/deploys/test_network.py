@@ -106,6 +106,12 @@ def _nics(name):
     ]
 
 
+def _applied_nics(name, mtu=9000):
+    """The node's NICs after a deploy applied the configuration: the cluster NICs at
+    the inventory's MTU (9000 on the fabric and storage networks)."""
+    return [{**nic, "mtu": mtu if nic["name"] != "eno1" else 1500} for nic in _nics(name)]
+
+
 def _mode(path):
     """The mode the deploy gives a file (NetworkManager and netplan want 0600)."""
     if path.endswith((".nmconnection", ".yaml")):
@@ -139,8 +145,10 @@ def _facts(distro, hosts=HOSTS, files=None, mgmt=None, nics=None, listing=None):
                 sorted((listing or {}).get(name, []))
                 if pattern == GLOBS[RENDERER_OF[distro]] else []
             ),
-            "DebPackages": {"iproute2": ["6.1"], "ethtool": ["6.1"], "netplan.io": ["1.0"]},
-            "RpmPackages": {"iproute": ["6.2"], "ethtool": ["6.2"], "NetworkManager": ["1.46"]},
+            "DebPackages": {"iproute2": ["6.1"], "ethtool": ["6.1"], "iperf3": ["3.12"],
+                            "netplan.io": ["1.0"]},
+            "RpmPackages": {"iproute": ["6.2"], "ethtool": ["6.2"], "iperf3": ["3.9"],
+                            "NetworkManager": ["1.46"]},
             "SystemdStatus": {"systemd-networkd.service": True, "NetworkManager.service": True,
                               "aicluster-nic-tuning.service": True},
             "SystemdEnabled": {"systemd-networkd.service": True, "NetworkManager.service": True,
@@ -222,10 +230,27 @@ def test_second_run_changes_nothing(distro):
     files = {name: _written(first, name) for name, _ in HOSTS}
     listing = {name: sorted(d for d in files[name] if "nic-tuning" not in d)
                for name, _ in HOSTS}
-    again = _plan(distro, files=files, listing=listing)
+    applied = {name: _applied_nics(name) for name, _ in HOSTS}
+    again = _plan(distro, files=files, listing=listing, nics=applied)
     for name, _ in HOSTS:
         assert again.changing(name) == [], (name, again.changing(name))
         assert not any("apply" in n for n in again.names(name))
+
+
+def test_an_mtu_set_by_hand_is_applied_again_with_the_files_unchanged():
+    first = _plan("debian12")
+    files = {name: _written(first, name) for name, _ in HOSTS}
+    listing = {name: sorted(d for d in files[name] if "nic-tuning" not in d)
+               for name, _ in HOSTS}
+    nics = {name: _applied_nics(name) for name, _ in HOSTS}
+    # `ip link set dev ens1f1 mtu 1500` on head: its file still says 9000.
+    nics["head"] = [{**n, "mtu": 1500} if n["name"] == "ens1f1" else n for n in nics["head"]]
+    p = _plan("debian12", files=files, listing=listing, nics=nics)
+    assert p.changing("head") == [
+        "Cluster network: apply the changed configuration (networkd): the live state "
+        "drifted (ens1f1: MTU 1500 live, configured 9000)"]
+    assert "networkctl reconfigure" in p.commands("head")
+    assert p.changing("gpu1") == []
 
 
 def test_a_file_the_inventory_no_longer_has_is_removed_and_applied():

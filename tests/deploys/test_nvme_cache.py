@@ -351,7 +351,7 @@ def test_a_deployed_cache_plans_no_change():
     facts = {"gpu1": {
         "BlockDevices": _fact(devices, tree, mounts),
         "FindInFile": lambda path, pattern, **kw: [line] if path == FSTAB else [],
-        "DebPackages": {"xfsprogs": ["6.1.0-1"]},
+        "DebPackages": {"xfsprogs": ["6.1.0-1"], "fio": ["3.33-3"]},
         "Date": NOW + timedelta(minutes=1),
         "Groups": ["root", "ollama", "ray"],
         "Users": users,

@@ -148,3 +148,13 @@ def test_the_prometheus_textfile():
             'unit="Gbit/s"} 23.4') in text
     assert 'where="node1",status="SKIP"} 1' in text
     assert text.endswith("\n") and "# TYPE aicluster_check_status gauge" in text
+
+
+def test_one_series_per_nic_or_port_in_the_textfile_and_junit():
+    results = [Result("network.nic", "PASS", node="n1", details={"subject": "fabric0"}),
+               Result("network.nic", "FAIL", node="n1", details={"subject": "storage0"})]
+    series = [line.rsplit(" ", 1)[0] for line in report.prometheus(results).splitlines()
+              if line.startswith("aicluster_check_duration_seconds")]
+    assert len(series) == len(set(series)) == 2
+    names = [c.get("name") for c in ET.fromstring(report.junit(results))]
+    assert names == ["network.nic @ n1 (fabric0)", "network.nic @ n1 (storage0)"]

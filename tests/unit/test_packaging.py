@@ -171,7 +171,9 @@ def _distributions(modules: set[str]) -> tuple[set[str], set[str]]:
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     providers = importlib.metadata.packages_distributions()
     dists, unknown = set(), set()
-    for module in modules - stdlib - {"aicluster", "tests"} - NOT_OURS:
+    # bench/'s scripts import each other (run as `python bench/<script>.py`).
+    local = {"aicluster", "tests"} | {p.stem for p in (ROOT / "bench").glob("*.py")}
+    for module in modules - stdlib - local - NOT_OURS:
         if module in providers:
             dists.update(_name(d) for d in providers[module])
         else:

@@ -5,7 +5,12 @@ choose the renderer, the files, the commands and the refusals alike."""
 from __future__ import annotations
 
 from aicluster.common.netconf import apply_commands, render_files, renderer, rollback_commands
-from aicluster.components.network.derive import management_refusal, missing_nics, touches
+from aicluster.components.network.derive import (
+    management_refusal,
+    missing_nics,
+    mtu_drift,
+    touches,
+)
 from aicluster.components.network.probe import parse_interfaces, parse_management
 
 
@@ -29,5 +34,6 @@ class FilterModule:
             "aicluster_network_touches": touches,
             "aicluster_network_refusal": _refusal,
             "aicluster_network_missing_nics": missing_nics,
+            "aicluster_network_mtu_drift": mtu_drift,
             "aicluster_network_rollback": _rollback,
         }

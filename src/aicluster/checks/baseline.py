@@ -18,13 +18,20 @@ HIGHER = {"Gb/s", "GB/s", "MB/s", "Mb/s", "IOPS"}
 LOWER = {"ms", "us", "s"}
 
 
+def _key(r: Result) -> str:
+    """Where a figure was measured: the node or pair, and the NIC, port or network
+    where the check has one result for each."""
+    subject = r.details.get("subject")
+    return f"{r.where} {subject}" if subject else r.where
+
+
 def figures(results: list[Result]) -> dict[str, dict[str, float]]:
     """check -> where -> value, for the measured values a baseline keeps."""
     out: dict[str, dict[str, float]] = {}
     for r in results:
         if r.unit in HIGHER | LOWER and isinstance(r.value, int | float) \
                 and not isinstance(r.value, bool) and r.status is not Status.SKIP:
-            out.setdefault(r.check, {})[r.where] = float(r.value)
+            out.setdefault(r.check, {})[_key(r)] = float(r.value)
     return out
 
 

@@ -67,7 +67,8 @@ def junit(results: Iterable[Result], name: str = "aicluster check") -> str:
     })
     for r in listed:
         case = ET.SubElement(suite, "testcase", {
-            "classname": r.layer or "check", "name": f"{r.check} @ {r.where}",
+            "classname": r.layer or "check", "name": f"{r.check} @ {r.where}" + (
+                f" ({r.details['subject']})" if r.details.get("subject") else ""),
             "time": f"{r.duration:.3f}",
         })
         text = r.message or r.status.value
@@ -103,6 +104,10 @@ def prometheus(results: Iterable[Result]) -> str:
     for r in worst_first(results):
         labels = (f'check="{_label(r.check)}",layer="{_label(r.layer)}",'
                   f'where="{_label(r.where)}"')
+        # A check with a result per NIC, port or network on one node names which.
+        if r.details.get("subject"):
+            labels += f',subject="{_label(str(r.details["subject"]))}"'
+
         ok = 1 if r.status in (Status.PASS, Status.WARN, Status.SKIP) else 0
         lines.append(f'aicluster_check_status{{{labels},status="{r.status.value}"}} {ok}')
         if isinstance(r.value, int | float) and not isinstance(r.value, bool):

@@ -280,10 +280,13 @@ def write_config(
     glob: str | None = None,
     keep: Iterable[str] = (),
     mgmt: Mapping[str, Any] | None = None,
+    drift: Iterable[str] = (),
 ) -> None:
     """Write ``items`` in ``renderer_name``'s format, remove our files the model no
-    longer has, apply only when something changed. ``mgmt`` set: the change touches
-    the management interface and is applied under a rollback timer."""
+    longer has, apply only when something changed, or when the live state drifted from
+    the files (``drift``: what differs, e.g. an MTU set by hand). ``mgmt`` set: the change
+    touches the management interface and is applied under a rollback timer."""
+    drift = list(drift)
     wanted = []
     for f in render_files(items, renderer_name, netplan_file, prefix):
         text = render("network", f["template"], {**v, "network_render_interfaces": items,
@@ -297,7 +300,7 @@ def write_config(
         f["dest"] for f, text in wanted
         if host.get_fact(Sha1File, path=f["dest"]) != sha1_text(text)
     ]
-    if not differs and not stale:
+    if not differs and not stale and not drift:
         host.noop(f"{label}: the configuration is as wanted ({renderer_name})")
         return
     confirm = None
@@ -323,8 +326,9 @@ def write_config(
     for path in stale:
         files.file(name=f"{label}: remove {path} (no longer in the inventory)", path=path,
                    present=False)
+    why = "" if differs or stale else f": the live state drifted ({'; '.join(drift)})"
     server.shell(
-        name=f"{label}: apply the changed configuration ({renderer_name})",
+        name=f"{label}: apply the changed configuration ({renderer_name}){why}",
         commands=apply_commands(renderer_name, items),
     )
     if confirm:

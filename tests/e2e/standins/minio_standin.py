@@ -36,8 +36,8 @@ anything else with "STAND-IN: unsupported ...":
   reports ready only once its peers are up; exits 0 on SIGTERM.
 
 mc: ``--version``; ``ls``, ``mb [--ignore-existing]``, ``anonymous set|get``,
-``version enable|suspend|info``, ``cp`` (a local file to or from the server) and
-``cat``, with ``--json``, ``--quiet`` and ``--config-dir``; the alias's endpoint and
+``version enable|suspend|info``, ``cp`` (a local file to or from the server), ``cat``
+and ``rm`` (one object), with ``--json``, ``--quiet`` and ``--config-dir``; the alias's endpoint and
 credentials from ``MC_HOST_<alias>``, as mc reads them. It signs its requests itself.
 """
 
@@ -1277,6 +1277,16 @@ def mc_cp(args: list[str], as_json: bool) -> int:
     return 0
 
 
+def mc_rm(args: list[str], as_json: bool) -> int:
+    if len(args) != 1 or not remote(args[0]):
+        raise McError(f"{STANDIN}: unsupported rm arguments {args} (one object only)")
+    alias, bucket, key = target(args[0])
+    checked(*alias.request("DELETE", f"/{bucket}/{key}"), f"Failed to remove `{args[0]}`",
+            ok=(204, 200))
+    say(as_json, {"status": "success", "key": args[0]}, f"Removed `{args[0]}`.")
+    return 0
+
+
 def mc_cat(args: list[str]) -> int:
     if len(args) != 1 or not remote(args[0]):
         raise McError(f"{STANDIN}: unsupported cat arguments {args}")
@@ -1324,6 +1334,8 @@ def main_mc(argv: list[str]) -> int:
             return mc_cp(rest, as_json)
         if command == "cat":
             return mc_cat(rest)
+        if command == "rm":
+            return mc_rm(rest, as_json)
         raise McError(f"{STANDIN}: unsupported command {' '.join(args) or '(none)'}")
     except McError as exc:
         if as_json:

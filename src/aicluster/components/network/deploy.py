@@ -34,6 +34,7 @@ from aicluster.components.network.derive import (
     derived_vars,
     management_refusal,
     missing_nics,
+    mtu_drift,
     touches,
 )
 from aicluster.components.network.facts import ManagementInterface, NetworkInterfaces
@@ -74,7 +75,7 @@ def deploy() -> None:
     if not items:
         host.noop("network: the inventory declares no cluster NIC, bond or VLAN for this host")
     write_config("network", items, v, chosen, label="Cluster network",
-                 mgmt=mgmt if hit else None)
+                 mgmt=mgmt if hit else None, drift=mtu_drift(items, found))
     _tuning(v)
 
 

@@ -66,6 +66,26 @@ def missing_nics(declared: list[Mapping[str, Any]], host_name: str,
     )
 
 
+def mtu_drift(items: Iterable[Mapping[str, Any]],
+              found: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The model interfaces whose live MTU is not the configured one (set by hand with
+    ``ip link``, or a link that came up before its configuration), as ``name: MTU live,
+    configured wanted``: the files are as wanted, but the configuration must be applied
+    again. An interface matched by MAC is the physical one with that address (a bond
+    or VLAN shares it)."""
+    found = list(found)
+    by_name = {f["name"]: f for f in found}
+    by_mac = {str(f["mac"]).lower(): f for f in found if not f.get("kind")}
+    out = []
+    for item in items:
+        want = item.get("mtu")
+        live = by_name.get(item.get("name") or "") or (
+            by_mac.get(str(item.get("mac") or "").lower()) if not item.get("name") else None)
+        if want and live and live.get("mtu") and live["mtu"] != want:
+            out.append(f"{live['name']}: MTU {live['mtu']} live, configured {want}")
+    return out
+
+
 def tuning_targets(items: list[dict], v: Mapping[str, Any]) -> list[dict]:
     """The NICs whose ring buffers the tuning unit raises (>= network_tuning_min_speed_gbps)."""
     if not v["network_nic_tuning"]:
