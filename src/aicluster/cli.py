@@ -202,7 +202,7 @@ def check(inventory: str, tier: str, limit: str, layers: tuple[str, ...],
     transport = local_transport if local else transport_for(cluster)
     chosen = tuple(layers) or LAYERS
     results = run(ctx, transport, workers=workers, layers=chosen,
-                  progress=Progress(), pairs=not local)
+                  progress=Progress(), pairs=not local, local=local)
     if baseline:
         path = Path(baseline)
         if path.exists():

@@ -295,3 +295,26 @@ def test_check_prints_the_table_writes_json_and_exits_by_the_worst(tmp_path, mon
     assert result.exit_code == 1
     assert any(r["check"] == "nodes.version_slurm" and r["status"] == "FAIL"
                for r in document["results"])
+
+
+def test_local_checks_one_node_on_this_machine_without_ssh_or_pair_tests(monkeypatch,
+                                                                          tmp_path):
+    """--local NODE (Slurm's HealthCheckProgram on the node): NODE's own probes through
+    the local transport, no SSH, no test with another node."""
+    from aicluster import cli
+
+    cluster = load_cluster(LAB)
+    fake = FakeNodes({"aicluster-check-reached": "aicluster-check-reached\n6.1.0\n",
+                      "chronyc": fixture("chronyc-tracking-synced.txt"),
+                      "/etc/aicluster/components":
+                          lambda n: record_text(cluster.hosts[n].roles())})
+    monkeypatch.setattr("aicluster.checks.runner.local_transport", fake)
+    monkeypatch.setattr("aicluster.checks.session.transport_for",
+                        lambda c: pytest.fail("SSH was used"))
+    out = tmp_path / "r.json"
+    CliRunner().invoke(cli.main, ["check", LAB, "--quick", "--local", "gpu1",
+                                  "--json", str(out)])
+    document = json.loads(out.read_text())
+    assert {r["node"] for r in document["results"]} == {"gpu1"}
+    assert not [r for r in document["results"] if r["pair"]]
+    assert {node for node, _ in fake.calls} == {"gpu1"}

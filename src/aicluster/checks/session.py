@@ -71,8 +71,9 @@ class Progress:
 
 def run(ctx: Context, transport: Transport, *, workers: int = 16,
         layers: tuple[str, ...] = LAYERS, progress: Progress | None = None,
-        pairs: bool = True) -> list[Result]:
-    """Every result of the run (``pairs=False``: no tests between nodes)."""
+        pairs: bool = True, local: str | None = None) -> list[Result]:
+    """Every result of the run (``pairs=False``: no tests between nodes; ``local``: only
+    the probes that run on that node, the machine this runs on)."""
     progress = progress or Progress(enabled=False)
     reach = nodes.reach_probes(ctx)
     progress.plan(len(reach))
@@ -89,6 +90,9 @@ def run(ctx: Context, transport: Transport, *, workers: int = 16,
     probes, pair_checks = plan(ctx, layers)
     if not pairs:
         pair_checks = []
+    if local:
+        # A cluster-wide probe (sinfo on the controller) runs elsewhere: not here.
+        probes = [p for p in probes if p.runs_on == local]
     progress.plan(len(probes) + sum(
         len(pc.nodes) * (len(pc.nodes) - 1) // 2 for pc in pair_checks))
     results += run_probes(probes, transport, workers, progress)
