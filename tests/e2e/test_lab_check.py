@@ -132,24 +132,29 @@ def _osds_up(lab) -> int:
 def test_drain_takes_out_the_failed_node_only_and_resumes_only_its_own_drain(lab):
     # node1 drained by hand for another reason: never touched.
     lab.ssh("node1", "scontrol update NodeName=node1 State=DRAIN Reason='hand: DIMM swap'")
-    lab.ssh("node2", "systemctl stop slurmd")
     try:
-        code, document, _ = check("--quick", "--drain", expect=1)
-        assert ("stacks.slurmd", "node2") in failed(document)
+        lab.ssh("node2", "systemctl stop slurmd")
+        try:
+            code, document, _ = check("--quick", "--drain", expect=1)
+            assert ("stacks.slurmd", "node2") in failed(document)
+            reasons = _reasons(lab)
+            assert reasons["node2"].startswith("aicluster: ") and \
+                "stacks.slurmd" in reasons["node2"], reasons
+            assert reasons["node1"] == "hand: DIMM swap", reasons
+        finally:
+            # The deploy starts slurmd again (its service is wanted running).
+            lab.read_deploy().succeeded()
+            assert lab.ssh("node2", "systemctl is-active slurmd").strip() == "active"
+        # slurmd answers slurmctld again (not "idle*"): the quick tier passes, node2
+        # still drained (a WARN).
+        _wait(lambda: check("--quick")[0] == 0)
+        check("--quick", "--drain", expect=0)
         reasons = _reasons(lab)
-        assert reasons["node2"].startswith("aicluster: ") and \
-            "stacks.slurmd" in reasons["node2"], reasons
-        assert reasons["node1"] == "hand: DIMM swap", reasons
+        assert "node2" not in reasons, reasons  # resumed: it was ours
+        assert reasons["node1"] == "hand: DIMM swap", reasons  # not ours: left drained
     finally:
-        lab.ssh("node2", "systemctl start slurmd")
-    # slurmd answers slurmctld again (not "idle*"): the quick tier passes, node2
-    # still drained (a WARN).
-    _wait(lambda: check("--quick")[0] == 0)
-    check("--quick", "--drain")
-    reasons = _reasons(lab)
-    assert "node2" not in reasons, reasons  # resumed: it was ours
-    assert reasons["node1"] == "hand: DIMM swap", reasons  # not ours: left drained
-    lab.ssh("node1", "scontrol update NodeName=node1 State=RESUME")
+        lab.ssh("node1", "scontrol update NodeName=node1 State=RESUME", check=False)
+        lab.ssh("node2", "scontrol update NodeName=node2 State=RESUME", check=False)
     assert _reasons(lab) == {}
 
 
