@@ -143,7 +143,7 @@ def test_junit_counts_failures_errors_and_skips():
 def test_the_prometheus_textfile():
     text = report.prometheus(_sample())
     assert ('aicluster_check_status{check="mtu",layer="network",where="node2",'
-            'status="FAIL"} 0') in text
+            'status="FAIL",action="redeploy"} 0') in text
     assert ('aicluster_check_value{check="iperf3",layer="network",where="node1<->node2",'
             'unit="Gbit/s"} 23.4') in text
     assert 'where="node1",status="SKIP"} 1' in text

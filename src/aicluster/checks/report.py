@@ -92,8 +92,8 @@ def _label(value: str) -> str:
 
 def prometheus(results: Iterable[Result]) -> str:
     """A textfile for node_exporter's textfile collector: per result
-    ``aicluster_check_status`` (1 for PASS/WARN/SKIP, 0 otherwise, with the status as a
-    label), ``aicluster_check_value`` where the value is a number, and
+    ``aicluster_check_status`` (1 for PASS/WARN/SKIP, 0 otherwise, with the status and,
+    where there is one, the action to take as labels), ``aicluster_check_value`` where the value is a number, and
     ``aicluster_check_duration_seconds``."""
     lines = [
         "# HELP aicluster_check_status 1 when the check passed (PASS, WARN or SKIP), 0 "
@@ -109,7 +109,10 @@ def prometheus(results: Iterable[Result]) -> str:
             labels += f',subject="{_label(str(r.details["subject"]))}"'
 
         ok = 1 if r.status in (Status.PASS, Status.WARN, Status.SKIP) else 0
-        lines.append(f'aicluster_check_status{{{labels},status="{r.status.value}"}} {ok}')
+        # The action to take, where it is one (the monitoring component's alert names it).
+        action = "" if r.action.value == "none" else f',action="{r.action.value}"'
+        lines.append(f'aicluster_check_status{{{labels},status="{r.status.value}"{action}}} '
+                     f"{ok}")
         if isinstance(r.value, int | float) and not isinstance(r.value, bool):
             values.append(f'aicluster_check_value{{{labels},unit="{_label(r.unit)}"}} '
                           f"{float(r.value):g}")
