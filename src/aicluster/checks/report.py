@@ -93,8 +93,8 @@ def _label(value: str) -> str:
 def prometheus(results: Iterable[Result]) -> str:
     """A textfile for node_exporter's textfile collector: per result
     ``aicluster_check_status`` (1 for PASS/WARN/SKIP, 0 otherwise, with the status and,
-    where there is one, the action to take as labels), ``aicluster_check_value`` where the value is a number, and
-    ``aicluster_check_duration_seconds``."""
+    where there is one, the action to take as labels), ``aicluster_check_value`` where
+    the value is a number, and ``aicluster_check_duration_seconds``."""
     lines = [
         "# HELP aicluster_check_status 1 when the check passed (PASS, WARN or SKIP), 0 "
         "when it did not.",
