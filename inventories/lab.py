@@ -67,6 +67,10 @@ _head = (
     "head",
     {
         "ssh_hostname": "10.10.0.10",
+        # The monitoring host: the space its system disk gives Prometheus' samples under
+        # /var/lib/prometheus (30 days of the lab's ~30,000 series take ~10 GB;
+        # docs/components/monitoring.md).
+        "monitoring_storage_gb": 400,
         "hardware": {
             "cpus": 32,
             "memory_gb": 256,

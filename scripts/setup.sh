@@ -51,4 +51,25 @@ if [ ! -x "$nginx_dir/usr/sbin/nginx" ] && command -v dpkg >/dev/null; then
     done
     rm -rf "$tmp"
 fi
+# promtool from the distribution's prometheus package, unpacked beside the venv the same
+# way (not installed: no service starts), for the monitoring alert pack's unit tests
+# (tests/unit/test_monitoring_rules.py: promtool check rules / test rules). Only the
+# promtool binary is kept; the server, its web assets and its service files are not.
+promtool_dir=.venv/opt/prometheus
+if [ ! -x "$promtool_dir/usr/bin/promtool" ] && command -v dpkg >/dev/null; then
+    tmp=$(mktemp -d)
+    (cd "$tmp" && timeout 300 apt-get download -q prometheus >/dev/null 2>&1) || {
+        timeout 600 apt-get -o Acquire::Retries=3 update -q >/dev/null
+        (cd "$tmp" && timeout 300 apt-get download -q prometheus >/dev/null 2>&1)
+    } || true
+    if ls "$tmp"/prometheus_*.deb >/dev/null 2>&1; then
+        dpkg -x "$tmp"/prometheus_*.deb "$tmp/unpacked"
+        mkdir -p "$promtool_dir/usr/bin"
+        install -m 0755 "$tmp/unpacked/usr/bin/promtool" "$promtool_dir/usr/bin/promtool"
+    else
+        echo "aicluster: could not download prometheus (for promtool); the alert pack's" \
+             "unit tests will fail until it is" >&2
+    fi
+    rm -rf "$tmp"
+fi
 echo "aicluster: installed in $(pwd)/.venv"

@@ -157,6 +157,7 @@ def test_a_host_in_every_group_gets_every_component_in_order(spec):
     # Ceph from Ceph's own repository needs its URL (or a mirror's).
     spec.set("all.ceph_repo_url", "https://mirror.example.org/ceph")
     spec.set("n1.ollama_gateway_port", 11435)  # Ollama itself listens on 11434 there
+    spec.set("n1.monitoring_storage_gb", 100)  # a monitoring host states its disk
     cluster = load_cluster(spec.write())
     assert cluster.hosts["n1"].components() == list(COMPONENT_ORDER)
     assert COMPONENT_ORDER[0] == "base"

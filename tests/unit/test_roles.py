@@ -11,6 +11,9 @@ from aicluster.inventory import COMPONENT_ORDER
 from aicluster.render import defaults
 
 ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "defaults" / "main.yml").exists())
+#: The roles whose tasks are built: site.yml applies these. A role with settings and
+#: templates only (monitoring, until its deploy lands) is applied by neither engine.
+BUILT = [r for r in ROLES if (ROLES_DIR / r / "tasks" / "main.yml").exists()]
 
 
 def test_every_role_is_a_component():
@@ -36,7 +39,15 @@ def test_site_applies_the_roles_in_component_order():
         for play in plays
         for role in play.get("roles", [])
     ]
-    assert applied == [c for c in COMPONENT_ORDER if c in ROLES]
+    assert applied == [c for c in COMPONENT_ORDER if c in BUILT]
+
+
+def test_a_role_without_tasks_has_no_pyinfra_deploy_either():
+    """Settings and templates first, the deploy later: both engines at once."""
+    from aicluster.components import component_module
+
+    for role in sorted(set(ROLES) - set(BUILT)):
+        assert component_module(role) is None, role
 
 
 def test_each_play_is_tagged_with_its_component():
@@ -52,8 +63,8 @@ def test_each_play_is_tagged_with_its_component():
                  if "ansible.builtin.include_role" in t]
         name = roles[0] if roles else (from_[0].removesuffix(".yml") if from_ else "first")
         tags[name] = play.get("tags")
-    for role in ROLES:
+    for role in BUILT:
         assert tags[role] == [role], (role, tags[role])
     assert tags["absence"] == ["absence"] and tags["record"] == ["record"]
-    with_files = sorted(r for r in ROLES if defaults(r).get(f"{r}_artifacts"))
+    with_files = sorted(r for r in BUILT if defaults(r).get(f"{r}_artifacts"))
     assert with_files and sorted(tags["first"]) == with_files

@@ -124,6 +124,29 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "ollama_gateway_listen": "0.0.0.0",
         "ollama_gateway_port": 8080,
     },
+    # monitoring: every kind of receiver (a webhook by URL and by secret, e-mail with an
+    # SMTP password's secret, none), routes by severity, a size-capped retention, extra
+    # probes of each module.
+    "monitoring": {
+        "monitoring_receivers": [
+            {"name": "ops", "type": "webhook", "url": "http://192.0.2.5:8080/alerts",
+             "send_resolved": False},
+            {"name": "chat", "type": "webhook", "url_key_name": "chat_webhook"},
+            {"name": "mail", "type": "email", "to": "ops@example.org",
+             "from": "alerts@example.org", "smarthost": "smtp.example.org:587",
+             "auth_username": "alerts", "auth_key_name": "smtp_password",
+             "require_tls": False},
+            {"name": "quiet", "type": "none"},
+        ],
+        "monitoring_route": {"critical": "mail", "warning": "chat", "none": "quiet",
+                             "default": "ops"},
+        "monitoring_retention_size_gb": 100,
+        "monitoring_blackbox_targets": [
+            {"name": "license", "module": "tcp_connect", "target": "192.0.2.7:27000"},
+            {"name": "portal", "module": "http_2xx", "target": "https://portal.example.org/"},
+            {"name": "gateway", "module": "icmp", "target": "192.0.2.1"},
+        ],
+    },
     # minio: the user's settings over the defaults (one dropped), another root user.
     "minio": {
         "minio_config": {"MINIO_UPDATE": None, "MINIO_STORAGE_CLASS_STANDARD": "EC:2",
