@@ -2,8 +2,9 @@
 
 Validates the inventory (the inventory file already did, before pyinfra connected to
 any host), then gives each host the components its groups ask for, in dependency
-order: base, network, infiniband, nvidia, storage, stacks, monitoring. Components
-not built yet are skipped.
+order: base, network, infiniband, nvidia, storage, stacks, monitoring (its agents on
+every node once a host is in the monitoring group). A component not built yet would be
+skipped.
 
 Desired absence (aicluster.common.absence, docs/rerunning.md): what a host recorded
 and is no longer given is taken off it first; a removal that would break the cluster

@@ -30,7 +30,7 @@ import sys
 import traceback
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -74,6 +74,12 @@ COMPONENT_GROUPS: dict[str, tuple[str, ...]] = {
 #: Component -> a host data key that gives a host the component outside its groups
 #: (a storage node with ``nvme_cache_devices`` gets the NVMe cache too).
 COMPONENT_DATA_KEYS: dict[str, str] = {"nvme_cache": "nvme_cache_devices"}
+
+#: Component -> a group that, once any host of the cluster is in it, gives the component
+#: to every host: a cluster with a ``monitoring`` host runs the monitoring agents (node
+#: exporter, textfiles) on every node; the group's own hosts run the server side too
+#: (their role, as for any group). No host in the group: no host gets the component.
+COMPONENT_CLUSTER_GROUPS: dict[str, str] = {"monitoring": "monitoring"}
 
 #: The order components are deployed in (dependencies first).
 COMPONENT_ORDER: tuple[str, ...] = tuple(COMPONENT_GROUPS)
@@ -471,20 +477,24 @@ class Host:
     groups: tuple[str, ...]
     spec: HostSpec
     data: Mapping[str, Any]
+    #: The groups of the whole cluster that have a host (COMPONENT_CLUSTER_GROUPS).
+    cluster_groups: frozenset[str] = frozenset()
 
     @property
     def address(self) -> str:
         return str(self.spec.ssh_hostname)
 
     def components(self) -> list[str]:
-        """The components this host is given, in deploy order: by its groups, or by a
-        data key that asks for the component (COMPONENT_DATA_KEYS)."""
+        """The components this host is given, in deploy order: by its groups, by a
+        data key that asks for the component (COMPONENT_DATA_KEYS), or by a group any
+        host of the cluster is in (COMPONENT_CLUSTER_GROUPS)."""
         return [
             c
             for c, groups in COMPONENT_GROUPS.items()
             if not groups
             or any(g in self.groups for g in groups)
             or self.data.get(COMPONENT_DATA_KEYS.get(c, ""), None) is not None
+            or COMPONENT_CLUSTER_GROUPS.get(c, "") in self.cluster_groups
         ]
 
     def roles(self) -> dict[str, list[str]]:
@@ -741,6 +751,9 @@ def validate(
                 groups.setdefault(g, ())
                 groups[g] += (name,)
 
+    present = frozenset(g for g, members in groups.items()
+                        if members and g in COMPONENT_CLUSTER_GROUPS.values())
+    parsed = {n: replace(h, cluster_groups=present) for n, h in parsed.items()}
     errors += _check_hosts(parsed, cspec)
     errors += _check_secret_names(parsed, cspec)
     errors += _check_groups(parsed, groups, cspec)

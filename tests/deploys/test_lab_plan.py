@@ -78,6 +78,12 @@ OVERRIDES: dict[str, dict[str, tuple[str, str]]] = {
         # version, whatever the point release (dnf installs slurm-22.05*, the installer
         # accepts 22.05.*).
         "slurm_version": ("22.05", "EPEL 9 ships Slurm 22.05.x, not Debian's 22.05.8"),
+        # Monitoring refuses every node of a monitored cluster on EL9 (no package source
+        # of Prometheus and its exporters verified: docs/components/monitoring.md,
+        # "Platforms"; see test_the_lab_as_written_refuses_monitoring_on_rocky_9): an
+        # operator deploys the lab there without a monitoring group.
+        "groups.monitoring": ([], "no Prometheus packages verified on EL9: monitoring "
+                                  "refuses Rocky hosts"),
     },
 }
 
@@ -179,15 +185,23 @@ def _lab(distro: str, secrets_dir: Path, overrides: dict | None = None):
     """The lab's hosts (pyinfra's merged data), groups and validated cluster."""
     loaded = load_hosts(LAB)
     hosts, groups = [], {}
+    if overrides is None:
+        overrides = {k: v for k, (v, _why) in OVERRIDES[distro].items()}
+    # "groups.<group>": the group's hosts, in place of the lab's.
+    group_overrides = {k.removeprefix("groups."): v for k, v in overrides.items()
+                       if k.startswith("groups.")}
+    overrides = {k: v for k, v in overrides.items() if not k.startswith("groups.")}
     for name, (host_groups, data) in loaded.items():
-        data = {**data, **(overrides if overrides is not None else {
-            k: v for k, (v, _why) in OVERRIDES[distro].items()})}
+        data = {**data, **overrides}
         # The munge key's file on this (deploying) machine: a test file, not the lab's
         # /etc/aicluster/secrets/munge.key. The plan never names the file.
         data["secrets"] = {**data["secrets"], "munge_key": {"file": str(secrets_dir / "munge.key")}}
         hosts.append((name, data))
         for group in host_groups:
             groups.setdefault(group, []).append(name)
+    for group, members in group_overrides.items():
+        groups[group] = list(members)
+    groups = {g: m for g, m in groups.items() if m}
     cluster = validate({n: (tuple(g for g, m in groups.items() if n in m), d) for n, d in hosts},
                        extra_groups=["lab"])
     return hosts, groups, cluster
@@ -384,4 +398,21 @@ def test_the_lab_as_written_refuses_ceph_tentacle_on_ubuntu_2404(machine, caplog
     for name, _ in hosts:
         assert (f"host '{name}': ceph: Ceph's repository has no tentacle build for noble "
                 "(ceph_repo_builds.tentacle: bookworm, jammy, el9): nothing is changed") \
+            in errors, errors
+
+
+def test_the_lab_as_written_refuses_monitoring_on_rocky_9(machine, caplog):
+    """Without its override, the lab on Rocky 9 is refused by monitoring on every host
+    (every node of a monitored cluster runs the node exporter), naming the host, before
+    anything changes."""
+    from aicluster.components.monitoring import deploy as monitoring
+
+    overrides = {k: v for k, (v, _why) in OVERRIDES["rocky9"].items()
+                 if k != "groups.monitoring"}
+    hosts, groups, cluster = _lab("rocky9", machine["secrets"], overrides)
+    with pytest.raises(PyinfraError, match="No hosts remaining"):
+        plan(hosts, groups, {}, _facts("rocky9", hosts), monitoring.deploy)
+    errors = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    for name, _ in hosts:
+        assert (f"host '{name}': monitoring: Rocky, Alma and RHEL 9 are not supported") \
             in errors, errors

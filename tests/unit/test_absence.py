@@ -109,7 +109,7 @@ def test_every_component_but_base_and_network_has_a_removal():
 
     for component in COMPONENT_ORDER:
         spec = removal_spec(component)
-        # Not built yet (monitoring: settings and templates, no deploy): a removal
+        # A component not built yet (settings and templates, no deploy): a removal
         # would take away what no deploy of ours made.
         if derive_module(component) is None or component_module(component) is None:
             continue
@@ -117,8 +117,10 @@ def test_every_component_but_base_and_network_has_a_removal():
             assert spec is None
             continue
         assert spec is not None, component
-        # Each key is a role of the component or the component itself.
-        assert set(spec) <= {component, *COMPONENT_GROUPS[component]}, component
+        # Each key is a role of the component or the component itself (``<c>:all``
+        # where a role has the component's name: absence.whole_key).
+        assert set(spec) <= {component, f"{component}:all", *COMPONENT_GROUPS[component]}, \
+            component
         assert not any(e.get("unbuilt") for e in spec.values()), component
 
 

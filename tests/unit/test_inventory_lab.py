@@ -135,9 +135,24 @@ def test_components_in_deploy_order(lab):
         "slurm",
         "ray",
         "k3s",
+        # Every node of a cluster with a monitoring host runs the monitoring agents.
+        "monitoring",
     ]
     assert lab.hosts["storage1"].components() == ["base", "network", "nfs", "ceph", "minio",
-                                                   "k3s"]
+                                                   "k3s", "monitoring"]
+    assert lab.hosts["head"].roles()["monitoring"] == ["monitoring"]
+    assert lab.hosts["gpu1"].roles()["monitoring"] == []
+
+
+def test_no_monitoring_host_no_monitoring_anywhere(spec):
+    spec.hosts = {"n1": spec.node(1), "n2": spec.node(2)}
+    cluster = load_cluster(spec.write())
+    assert all("monitoring" not in h.components() for h in cluster.hosts.values())
+    spec.set("groups.monitoring", ["n1"])
+    spec.set("n1.monitoring_storage_gb", 100)
+    cluster = load_cluster(spec.write())
+    assert cluster.hosts["n1"].roles()["monitoring"] == ["monitoring"]
+    assert cluster.hosts["n2"].roles()["monitoring"] == []
 
 
 def test_a_host_in_every_group_gets_every_component_in_order(spec):

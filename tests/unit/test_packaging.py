@@ -214,7 +214,7 @@ def test_the_roles_build_as_an_ansible_collection(tmp_path):
         members = {m.name: m for m in tar.getmembers()}
     names = set(members)
     for role in ROLES_DIR.iterdir():
-        # A role whose tasks are not built yet (monitoring) ships its settings and templates.
+        # A role whose tasks are not built yet would ship its settings and templates.
         built = (role / "tasks" / "main.yml").exists()
         assert f"roles/{role.name}/{'tasks' if built else 'defaults'}/main.yml" in names
     assert {"MANIFEST.json", "meta/runtime.yml", "playbooks/site.yml"} <= names

@@ -12,7 +12,7 @@ from aicluster.render import defaults
 
 ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "defaults" / "main.yml").exists())
 #: The roles whose tasks are built: site.yml applies these. A role with settings and
-#: templates only (monitoring, until its deploy lands) is applied by neither engine.
+#: templates only (a component whose deploy has not landed) is applied by neither engine.
 BUILT = [r for r in ROLES if (ROLES_DIR / r / "tasks" / "main.yml").exists()]
 
 

@@ -191,6 +191,15 @@ LOOP_VARS: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
+#: Templates written only on the hosts where a variable holds (the role's ``when:``):
+#: template -> that variable. Elsewhere the template's values are not computed.
+ONLY_WHEN: dict[tuple[str, str], str] = {
+    ("monitoring", t): "monitoring_is_server"
+    for t in ("prometheus.yml.j2", "alertmanager.yml.j2", "blackbox.yml.j2", "prometheus.j2",
+              "prometheus-alertmanager.j2", "prometheus-blackbox-exporter.j2")
+}
+
+
 @dataclass(frozen=True)
 class Case:
     """One host, one OS family, one set of data: the variables of one component."""
@@ -280,6 +289,9 @@ def _renders(cases: list[Case]) -> list[Render]:
     for case in cases:
         for path in TEMPLATES:
             if path.parent.parent.name != case.component:
+                continue
+            when = ONLY_WHEN.get((case.component, path.name))
+            if when is not None and not case.variables[when]:
                 continue
             loop = LOOP_VARS.get((case.component, path.name))
             if loop is None:

@@ -152,6 +152,15 @@ def removal_spec(component: str) -> Mapping[str, Mapping[str, list[str]]] | None
 KINDS = ("commands", "services", "after", "files", "reload")
 
 
+def whole_key(component: str, spec: Mapping[str, Any]) -> str:
+    """The entry of a component's ``derive.REMOVAL`` for taking the component itself
+    away: its name, or ``<component>:all`` where the spec has that entry, for a
+    component one of whose roles has the component's own name (monitoring: the
+    ``monitoring`` group is its server side, while every node of a monitored cluster
+    runs its agents; a host leaving the group loses the server side only)."""
+    return f"{component}:all" if f"{component}:all" in spec else component
+
+
 def steps(component: str, roles: Iterable[str], whole: bool,
           host: str = "") -> dict[str, Any] | None:
     """The steps of each kind (:data:`KINDS`) for taking *roles* (and, when *whole*, the
@@ -161,7 +170,7 @@ def steps(component: str, roles: Iterable[str], whole: bool,
     spec = removal_spec(component)
     if spec is None:
         return None
-    keys = [*roles, *([component] if whole else [])]
+    keys = [*roles, *([whole_key(component, spec)] if whole else [])]
     out: dict[str, Any] = {kind: [] for kind in (*KINDS, "packages", "software")}
     out["unmount"], out["unbuilt"] = False, []
     for key in keys:

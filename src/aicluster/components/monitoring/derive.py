@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from aicluster import ROLES_DIR
 from aicluster.common.absence import host_mounts
 from aicluster.common.networks import host_address, network_errors, pick_network
 from aicluster.common.settings import differs_from_first, layered, merge_config, setting
@@ -43,6 +44,59 @@ SECRETS_DIR = f"{CONFIG_DIR}/secrets"
 MINIO_TOKEN = f"{SECRETS_DIR}/minio-prometheus.token"
 #: The CA MinIO's certificates are signed by, where MinIO serves TLS.
 MINIO_CA = f"{CONFIG_DIR}/minio-ca.crt"
+#: The daemons' command lines: /etc/default/<package> (ARGS=...), as Debian's units read
+#: them; their services.
+PROMETHEUS_DEFAULTS = "/etc/default/prometheus"
+ALERTMANAGER_DEFAULTS = "/etc/default/prometheus-alertmanager"
+BLACKBOX_DEFAULTS = "/etc/default/prometheus-blackbox-exporter"
+NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
+IPMI_EXPORTER_DEFAULTS = "/etc/default/prometheus-ipmi-exporter"
+PROMETHEUS_SERVICE = "prometheus"
+ALERTMANAGER_SERVICE = "prometheus-alertmanager"
+BLACKBOX_SERVICE = "prometheus-blackbox-exporter"
+#: The blackbox exporter's drop-in giving it CAP_NET_RAW (its ICMP probes).
+BLACKBOX_DROPIN_DIR = f"/etc/systemd/system/{BLACKBOX_SERVICE}.service.d"
+BLACKBOX_DROPIN = f"{BLACKBOX_DROPIN_DIR}/aicluster-icmp.conf"
+NODE_EXPORTER_SERVICE = "prometheus-node-exporter"
+IPMI_EXPORTER_SERVICE = "prometheus-ipmi-exporter"
+#: The node exporter's version pin (monitoring_node_exporter_version), for apt.
+NODE_EXPORTER_PIN = "/etc/apt/preferences.d/aicluster-monitoring.pref"
+#: The Slurm textfile collector on the Slurm controllers: a script, run every minute by
+#: a timer, writing :data:`SLURM_TEXTFILE` in the textfile directory atomically.
+SLURM_TEXTFILE = "aicluster_slurm.prom"
+SLURM_SCRIPT = "/usr/local/sbin/aicluster-slurm-textfile"
+SLURM_UNIT = "/etc/systemd/system/aicluster-slurm-textfile.service"
+SLURM_TIMER = "/etc/systemd/system/aicluster-slurm-textfile.timer"
+SLURM_TIMER_UNIT = "aicluster-slurm-textfile.timer"
+#: The Prometheus rule files the role ships (roles/monitoring/files/rules/*.yml).
+RULES_SOURCE = ROLES_DIR / "monitoring" / "files" / "rules"
+
+
+def rule_files() -> list[str]:
+    """The rule files the monitoring hosts get (the alert pack and recording rules)."""
+    return sorted(p.name for p in RULES_SOURCE.glob("*.yml"))
+
+
+#: What taking monitoring off a host runs (aicluster.common.absence): the server side
+#: when the host leaves the ``monitoring`` group (its role), the agents as well when
+#: the cluster has no monitoring host any more (``monitoring:all``: the component
+#: itself). Packages go only when ``remove_packages`` names monitoring; the samples
+#: (monitoring_storage_path) and the textfile directory stay.
+REMOVAL = {
+    "monitoring": {
+        "services": [PROMETHEUS_SERVICE, ALERTMANAGER_SERVICE, BLACKBOX_SERVICE],
+        "files": [PROMETHEUS_CONFIG, ALERTMANAGER_CONFIG, BLACKBOX_CONFIG,
+                  *(f"{RULES_DIR}/{name}" for name in rule_files())],
+        "packages": ["monitoring_server_packages"],
+    },
+    "monitoring:all": {
+        "commands": [f"systemctl disable --now {SLURM_TIMER_UNIT} 2>/dev/null || true"],
+        "services": [NODE_EXPORTER_SERVICE, IPMI_EXPORTER_SERVICE],
+        "files": [SLURM_TIMER, SLURM_UNIT, SLURM_SCRIPT, NODE_EXPORTER_PIN],
+        "packages": ["monitoring_node_packages", "monitoring_ipmi_packages"],
+    },
+}
+
 #: The textfile each node gets with what the inventory declares of it (the alert pack
 #: compares it with what the node reports: roles/monitoring/files/rules/README.md).
 INVENTORY_TEXTFILE = "aicluster_inventory.prom"
@@ -62,10 +116,6 @@ GROUP_BY = ["alertname", "node"]
 
 #: The Ceph manager's prometheus module (Ceph's default port for it).
 CEPH_MGR_PORT = 9283
-#: Ray's per-node metrics endpoint (``ray start --metrics-export-port``). The ray
-#: component does not pass that option yet, so Ray picks a random port: until it does
-#: (a ``ray_metrics_export_port`` setting), this is the port the scrape expects.
-RAY_METRICS_PORT = 8080
 #: NFS over TCP (the server's nfsd or nfs-ganesha).
 NFS_PORT = 2049
 MINIO_CLUSTER_METRICS = "/minio/v2/metrics/cluster"
@@ -233,8 +283,7 @@ def ray_endpoints(cluster: Cluster) -> dict[str, Any]:
     network = pick_network(cluster, head_v["ray_network"], nodes)
     out_nodes = []
     for name in nodes:
-        port = layered("ray", cluster.hosts[name].data).get("ray_metrics_export_port") \
-            or RAY_METRICS_PORT
+        port = layered("ray", cluster.hosts[name].data)["ray_metrics_export_port"]
         out_nodes.append({"node": name, "role": "head" if name == head[0] else "worker",
                           "address": _bound(cluster, name, network), "metrics_port": port})
     head_ip = out_nodes[0]["address"]
@@ -816,12 +865,20 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "monitoring_inventory_textfile": f"{str(v['monitoring_textfile_dir']).rstrip('/')}/"
                                          f"{INVENTORY_TEXTFILE}",
         "monitoring_inventory_gauges": inventory_gauges(cluster, host_name),
+        "monitoring_ipmi_exporter_args": [
+            "--web.listen-address=" + endpoint(node_address(cluster, host_name),
+                                               v["monitoring_ipmi_exporter_port"])],
+        "monitoring_slurm_textfile": host_name in cluster.group("slurm_controller"),
+        "monitoring_slurm_textfile_path": f"{str(v['monitoring_textfile_dir']).rstrip('/')}/"
+                                          f"{SLURM_TEXTFILE}",
     }
     if not server:
         return out
     out.update({
         "monitoring_cluster_name": cluster.spec.cluster_name,
         "monitoring_rules_dir": RULES_DIR,
+        "monitoring_rule_files": rule_files(),
+        "monitoring_secret_files": secret_files(cluster),
         "monitoring_scrape_configs": scrape_configs(cluster, host_name, data),
         "monitoring_alertmanagers": alertmanager_targets(cluster, data),
         "monitoring_alertmanager_peers": alertmanager_peers(cluster, data),

@@ -10,7 +10,16 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aicluster.fields import AbsPath, Port, SecretName, Size, listed_once, matches, one_message
+from aicluster.fields import (
+    AbsPath,
+    Port,
+    SecretName,
+    Size,
+    Version,
+    listed_once,
+    matches,
+    one_message,
+)
 from aicluster.inventory import ComponentSettings
 
 #: The kinds of receiver aicluster writes into alertmanager.yml.
@@ -140,6 +149,8 @@ class Settings(ComponentSettings):
     monitoring_ipmi: bool
     #: None: on every NVIDIA GPU node.
     monitoring_dcgm_exporter: bool | None
+    #: "": the distribution's.
+    monitoring_node_exporter_version: Version
     monitoring_node_exporter_collectors: Annotated[
         list[Annotated[str, matches(r"^[a-z][a-z0-9_]*$",
                                     "a node exporter collector name (like 'mountstats')")]],

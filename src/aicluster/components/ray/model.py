@@ -55,6 +55,7 @@ class Settings(ComponentSettings):
     #: "": the head's address on the Ray network.
     ray_dashboard_host: or_empty(IPAddressText)
     ray_dashboard_port: Port
+    ray_metrics_export_port: Port
     ray_memory_fraction: Fraction
     ray_object_store_fraction: Fraction
     ray_object_store_max_gb: Count
