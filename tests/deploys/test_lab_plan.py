@@ -38,7 +38,6 @@ from pyinfra.api.exceptions import PyinfraError
 from aicluster import DEPLOY_FILE, PROJECT_ROOT, artifacts
 from aicluster import render as render_module
 from aicluster.components import component_module
-from aicluster.components.ceph import deploy as ceph
 from aicluster.components.nvidia.probe import parse as nvidia_node
 from aicluster.inventory import COMPONENT_ORDER, load_hosts, validate
 from tests.deploys.conftest import DISTRIBUTIONS
@@ -386,33 +385,28 @@ def test_the_whole_lab_plans_on_bare_fake_hosts_with_standin_artifacts_golden(
     assert_golden(GOLDEN / f"{distro}.txt", text)
 
 
-def test_the_lab_as_written_refuses_ceph_tentacle_on_ubuntu_2404(machine, caplog):
-    """Without its override, the lab on Ubuntu 24.04 is refused by Ceph on every host
-    (all are Ceph hosts), naming the host and the setting, before anything changes."""
-    overrides = {k: v for k, (v, _why) in OVERRIDES["ubuntu2404"].items()
-                 if k != "ceph_release"}
-    hosts, groups, cluster = _lab("ubuntu2404", machine["secrets"], overrides)
+#: What the lab as written is refused for on an OS, without the override its golden
+#: names: (the OS, the override left out, the component refusing, its message per host).
+REFUSALS = [
+    # Ceph on every host (all are Ceph hosts), naming the setting.
+    ("ubuntu2404", "ceph_release", "ceph",
+     "host '{}': ceph: Ceph's repository has no tentacle build for noble "
+     "(ceph_repo_builds.tentacle: bookworm, jammy, el9): nothing is changed"),
+    # Monitoring on every host (every node of a monitored cluster runs the node exporter).
+    ("rocky9", "groups.monitoring", "monitoring",
+     "host '{}': monitoring: Rocky, Alma and RHEL 9 are not supported"),
+]
+
+
+@pytest.mark.parametrize("distro,override,component,message", REFUSALS,
+                         ids=[f"{r[2]}-{r[0]}" for r in REFUSALS])
+def test_the_lab_as_written_is_refused_by_host_before_anything_changes(
+        distro, override, component, message, machine, caplog):
+    deploy = component_module(component)
+    overrides = {k: v for k, (v, _why) in OVERRIDES[distro].items() if k != override}
+    hosts, groups, cluster = _lab(distro, machine["secrets"], overrides)
     with pytest.raises(PyinfraError, match="No hosts remaining"):
-        plan(hosts, groups, {}, _facts("ubuntu2404", hosts), ceph.deploy)
+        plan(hosts, groups, {}, _facts(distro, hosts), deploy.deploy)
     errors = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
     for name, _ in hosts:
-        assert (f"host '{name}': ceph: Ceph's repository has no tentacle build for noble "
-                "(ceph_repo_builds.tentacle: bookworm, jammy, el9): nothing is changed") \
-            in errors, errors
-
-
-def test_the_lab_as_written_refuses_monitoring_on_rocky_9(machine, caplog):
-    """Without its override, the lab on Rocky 9 is refused by monitoring on every host
-    (every node of a monitored cluster runs the node exporter), naming the host, before
-    anything changes."""
-    from aicluster.components.monitoring import deploy as monitoring
-
-    overrides = {k: v for k, (v, _why) in OVERRIDES["rocky9"].items()
-                 if k != "groups.monitoring"}
-    hosts, groups, cluster = _lab("rocky9", machine["secrets"], overrides)
-    with pytest.raises(PyinfraError, match="No hosts remaining"):
-        plan(hosts, groups, {}, _facts("rocky9", hosts), monitoring.deploy)
-    errors = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
-    for name, _ in hosts:
-        assert (f"host '{name}': monitoring: Rocky, Alma and RHEL 9 are not supported") \
-            in errors, errors
+        assert message.format(name) in errors, errors
