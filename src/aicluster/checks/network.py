@@ -26,6 +26,7 @@ from aicluster.checks.context import Context
 from aicluster.checks.result import SEVERITY, Action, Result, Status
 from aicluster.checks.runner import Completed, PairCheck, Probe
 from aicluster.common.netconf import interfaces
+from aicluster.components.network.derive import find_interface
 from aicluster.components.network.probe import INTERFACES_COMMAND, parse_interfaces
 from aicluster.inventory import NETWORK_NAMES
 
@@ -89,25 +90,13 @@ def _label(item: Mapping[str, Any]) -> str:
     return f"{on + ' ' if on else ''}{what} {ident}{of}"
 
 
-def _find(item: Mapping[str, Any], found: list[dict]) -> dict | None:
-    """The node's interface a declared one is: by MAC where the inventory gives one (the
-    physical interface with it: a bond, its VLANs and its members share one MAC), else
-    by name (as the network component matches them)."""
-    if item.get("mac"):
-        hits = [f for f in found if f["mac"] == item["mac"]]
-        hits.sort(key=lambda f: f["kind"] is not None)
-    else:
-        hits = [f for f in found if f["name"] == item["name"]]
-    return hits[0] if hits else None
-
-
 def judge_nic(node: str, item: Mapping[str, Any], found: list[dict]) -> Result:
     """One declared interface against what the node has."""
     label = _label(item)
     subject = item["name"] or item["mac"]
     want_speed = item.get("speed_gbps")
     base = {"node": node, "unit": "Gb/s", "threshold": want_speed}
-    have = _find(item, found)
+    have = find_interface(item, found)
     if have is None:
         names = ", ".join(sorted(f"{f['name']} {f['mac']}" for f in found
                                  if f["type"] == "ether")) or "none"

@@ -48,14 +48,8 @@ def missing_nics(declared: list[Mapping[str, Any]], host_name: str,
     """Why the deploy stops when the node lacks NICs the inventory declares
     (``hardware.nics`` entries, matched by MAC where given, else by name); None when
     it has them all."""
-    names = {f["name"] for f in found}
-    macs = {str(f["mac"]).lower() for f in found}
-    missing = []
-    for nic in declared:
-        mac = str(nic.get("mac") or "").lower()
-        name = nic.get("name")
-        if not ((mac and mac in macs) or (not mac and name in names)):
-            missing.append(name or mac)
+    missing = [nic.get("name") or str(nic.get("mac")).lower() for nic in declared
+               if find_interface(nic, found) is None]
     if not missing:
         return None
     return (
@@ -66,21 +60,32 @@ def missing_nics(declared: list[Mapping[str, Any]], host_name: str,
     )
 
 
+def find_interface(item: Mapping[str, Any],
+                   found: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The node's interface (:func:`~aicluster.components.network.probe.parse_interfaces`)
+    a model or declared interface is: by MAC where one is given (the physical interface
+    with it first: a bond, its VLANs and its members share one MAC), else by name, as
+    :func:`missing_nics` matches them."""
+    if item.get("mac"):
+        mac = str(item["mac"]).lower()
+        hits = sorted((f for f in found if str(f["mac"]).lower() == mac),
+                      key=lambda f: f.get("kind") is not None)
+    else:
+        hits = [f for f in found if f["name"] == item.get("name")]
+    return hits[0] if hits else None
+
+
 def mtu_drift(items: Iterable[Mapping[str, Any]],
               found: Iterable[Mapping[str, Any]]) -> list[str]:
     """The model interfaces whose live MTU is not the configured one (set by hand with
     ``ip link``, or a link that came up before its configuration), as ``name: MTU live,
     configured wanted``: the files are as wanted, but the configuration must be applied
-    again. An interface matched by MAC is the physical one with that address (a bond
-    or VLAN shares it)."""
+    again."""
     found = list(found)
-    by_name = {f["name"]: f for f in found}
-    by_mac = {str(f["mac"]).lower(): f for f in found if not f.get("kind")}
     out = []
     for item in items:
         want = item.get("mtu")
-        live = by_name.get(item.get("name") or "") or (
-            by_mac.get(str(item.get("mac") or "").lower()) if not item.get("name") else None)
+        live = find_interface(item, found)
         if want and live and live.get("mtu") and live["mtu"] != want:
             out.append(f"{live['name']}: MTU {live['mtu']} live, configured {want}")
     return out
