@@ -217,11 +217,12 @@ def test_pair_checks_run_in_rounds_and_a_suspect_is_retested(monkeypatch):
 # -- drain ---------------------------------------------------------------------------
 
 
-SINFO = """n1|idle|none
-n2|drained|aicluster: stacks.slurmd
-n3|drained*|replace DIMM (ticket 42)
-n4|idle|none
-n4|idle|none
+#: stacks.SINFO_COMMAND's output: node|state|user|time|reason.
+SINFO = """n1|idle|Unknown|Unknown|none
+n2|drained|root|2026-12-03T15:47:36|aicluster: stacks.slurmd
+n3|drained*|ops|2026-12-01T09:00:00|replace DIMM (ticket 42)
+n4|idle|Unknown|Unknown|none
+n4|idle|Unknown|Unknown|none
 """
 
 

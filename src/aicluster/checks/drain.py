@@ -16,30 +16,21 @@ from collections.abc import Iterable
 from aicluster.checks.context import Context
 from aicluster.checks.result import Result, Status
 from aicluster.checks.runner import Transport
+from aicluster.checks.stacks import SINFO_COMMAND, SLURM_DRAINED, parse_sinfo, slurm_state
 
 PREFIX = "aicluster: "
-#: Node states (sinfo %T, lowercase) that mean the node is drained or draining.
-_DRAIN_STATES = ("drain", "drained", "draining")
-
-STATES_COMMAND = "sinfo -N -h -o '%N|%T|%E'"
 
 
 def parse_states(text: str) -> dict[str, tuple[str, str]]:
-    """``sinfo -N -h -o '%N|%T|%E'`` -> node -> (state, reason); a node listed in
-    several partitions once."""
-    out: dict[str, tuple[str, str]] = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|", 2)
-        if len(parts) == 3 and parts[0]:
-            reason = parts[2].strip()
-            # sinfo marks a state with a flag: * not responding, ~ powered off, ...
-            state = parts[1].strip().lower().rstrip("*~#!%$@^-")
-            out.setdefault(parts[0], (state, "" if reason == "none" else reason))
-    return out
+    """:data:`~aicluster.checks.stacks.SINFO_COMMAND`'s output -> node -> (state, its
+    flags stripped; reason), read as the stacks layer reads it."""
+    return {node: (slurm_state(entry["state"])[0], entry["reason"])
+            for node, entry in parse_sinfo(text).items()}
 
 
 def drained(state: str) -> bool:
-    return any(word in _DRAIN_STATES for word in state.replace("+", " ").split())
+    """Drained or draining, alone or with another state (``down+drain``)."""
+    return any(word in SLURM_DRAINED for word in state.split("+"))
 
 
 def failures(results: Iterable[Result]) -> dict[str, list[str]]:
@@ -87,7 +78,7 @@ def apply(ctx: Context, results: list[Result], transport: Transport) -> list[str
     if controller in unreachable:
         return [f"--drain: the Slurm controller {controller} is not reachable: "
                 "nothing drained or resumed"]
-    done = transport(controller, STATES_COMMAND, 30)
+    done = transport(controller, SINFO_COMMAND, 30)
     if done.rc != 0:
         return [f"--drain: sinfo failed on {controller}: {done.stderr.strip()[-200:]}"]
     to_drain, to_resume = decide(parse_states(done.stdout), failures(results), workers)

@@ -11,6 +11,7 @@ from aicluster.checks.context import Context
 from aicluster.checks.result import Action, Result, Status
 from aicluster.checks.runner import Completed, Probe
 from aicluster.common.absence import RECORD, parse_record
+from aicluster.components.ray.derive import venv_path
 
 LAYER = "nodes"
 
@@ -165,10 +166,10 @@ def _pins(ctx: Context, node: str) -> tuple[dict[str, str], dict[str, str]]:
         commands["slurm"] = f"{daemon} -V"
         wanted["slurm"] = str(ctx.setting(node, "slurm", "slurm_version"))
     if "ray" in components and ctx.setting(node, "ray", "ray_version"):
-        version = str(ctx.setting(node, "ray", "ray_version"))
-        venv = f"{ctx.setting(node, 'ray', 'ray_install_dir')}/{version}/venv"
+        venv = venv_path({key: ctx.setting(node, "ray", key)
+                          for key in ("ray_install_dir", "ray_version")})
         commands["ray"] = f"{shlex.quote(venv)}/bin/ray --version"
-        wanted["ray"] = version
+        wanted["ray"] = str(ctx.setting(node, "ray", "ray_version"))
     if "ceph" in components:
         commands["ceph"] = "ceph --version"
         wanted["ceph"] = str(ctx.setting(node, "ceph", "ceph_release"))
