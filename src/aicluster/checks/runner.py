@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from aicluster.checks.result import Action, Result, Status
+from aicluster.checks.schedule import retest_pairs, rounds, suspects_after_retest
 
 #: Seconds the node's ``timeout`` waits after TERM before it KILLs the probe.
 KILL_AFTER = 5
@@ -227,8 +228,6 @@ def run_pair_check(
     """Every pair's results, round by round, then the re-tests (their results carry
     ``details["retest"]``; a suspect whose re-test failed too is named in it as
     ``details["blamed"]``)."""
-    from aicluster.checks.schedule import retest_pairs, rounds
-
     results: list[Result] = []
     passed: list[tuple[str, str]] = []
     failed: list[tuple[str, str]] = []
@@ -238,18 +237,20 @@ def run_pair_check(
             (passed if _passed(pair_results) else failed).append(pair)
             results += pair_results
     retests = retest_pairs(failed, passed)
+    retested: list[tuple[tuple[str, str], list[Result]]] = []
     for batch in _disjoint_batches(retests):
-        for pair, pair_results in zip(batch, _run_batch(pair_check, batch, transport,
-                                                         workers, progress), strict=True):
-            ok = _passed(pair_results)
-            for result in pair_results:
-                result.details["retest"] = True
-                if not ok:
-                    result.details["blamed"] = pair[0]
-                    result.message = (f"{pair[0]} failed again against {pair[1]}, a node "
-                                      f"that passed: {pair[0]} is the likely cause; "
-                                      + result.message)
-            results += pair_results
+        retested += zip(batch, _run_batch(pair_check, batch, transport, workers, progress),
+                        strict=True)
+    blamed = set(suspects_after_retest((pair, _passed(rs)) for pair, rs in retested))
+    for pair, pair_results in retested:
+        for result in pair_results:
+            result.details["retest"] = True
+            if pair[0] in blamed:
+                result.details["blamed"] = pair[0]
+                result.message = (f"{pair[0]} failed again against {pair[1]}, a node "
+                                  f"that passed: {pair[0]} is the likely cause; "
+                                  + result.message)
+        results += pair_results
     return results
 
 
