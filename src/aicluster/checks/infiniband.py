@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from aicluster.checks.context import Context
-from aicluster.checks.result import SEVERITY, Action, Result, Status
+from aicluster.checks.result import Action, Result, Status, worst
 from aicluster.checks.runner import Completed, PairCheck, Probe
 from aicluster.components.infiniband.derive import match_port, opensm_hosts, port_label
 from aicluster.components.infiniband.probe import PORTS_COMMAND, parse
@@ -64,13 +64,6 @@ SMINFO_COMMAND = (
 _RATE = re.compile(r"^([0-9.]+)\s*Gb/sec(?:\s*\((\d+)X\s*([A-Za-z]*)\))?")
 _SMINFO = re.compile(r"sm lid (\S+) sm guid (\S+), activity count (\d+) priority (\d+) "
                      r"state (\d+) (\S+)")
-
-
-def _worst(problems: list[tuple[Status, Action, str]]) -> tuple[Status, Action]:
-    if not problems:
-        return Status.PASS, Action.NONE
-    status, action, _ = min(problems, key=lambda p: SEVERITY[p[0]])
-    return status, action
 
 
 def _state_word(raw: str | None) -> str | None:
@@ -174,7 +167,7 @@ def judge_port(node: str, declared: Mapping[str, Any], found: list[Mapping[str, 
             problems.append((Status.FAIL, Action.INVESTIGATE,
                              f"link at {port.get('rate')}, declared {want} Gb/s (a cable, "
                              "transceiver or switch port downtrained it: reseat or replace)"))
-    status, action = _worst(problems)
+    status, action = worst(problems)
     details = {"subject": label, "device": port["device"], "port": port["port"],
                "state": port["state"], "phys_state": port.get("phys_state"),
                "rate": port.get("rate"), "width": port.get("width"),
@@ -277,7 +270,7 @@ def judge_sm(node: str, declared: list[dict[str, Any]], opensm_here: bool,
                              f"opensm is {state} here, where the inventory runs it"
                              + (" (another subnet manager manages the fabric)" if managed
                                 else "")))
-    status, action = _worst(problems)
+    status, action = worst(problems)
     value = sminfo["sm_lid"] if sminfo else (ib[0].get("sm_lid") or None)
     if problems:
         message = f"{node}: " + "; ".join(p[2] for p in problems)
@@ -425,7 +418,7 @@ def judge_write_bw(a: str, b: str, label: str, floor: float | None, rate: int,
         problems.append((Status.FAIL, Action.INVESTIGATE,
                          "error counters grew during the test: "
                          + ", ".join(f"{k} +{v}" for k, v in sorted(grown.items()))))
-    status, action = _worst(problems)
+    status, action = worst(problems)
     where = f"{a} -> {b} {label}"
     message = (f"{where}: " + "; ".join(p[2] for p in problems) if problems
                else f"{where}: {gbps:g} Gb/s, no error counter grew")

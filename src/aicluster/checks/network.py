@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from aicluster.checks.context import Context
-from aicluster.checks.result import SEVERITY, Action, Result, Status
+from aicluster.checks.result import Action, Result, Status, worst
 from aicluster.checks.runner import Completed, PairCheck, Probe
 from aicluster.common.netconf import interfaces
 from aicluster.components.network.derive import find_interface
@@ -38,13 +38,6 @@ IPERF3_PORT = 5201
 CLIENT_TRIES = 10
 #: The bytes of IP and ICMP headers a ping's payload leaves out of the MTU.
 _HEADERS = {4: 28, 6: 48}
-
-
-def _worst(problems: list[tuple[Status, Action, str]]) -> tuple[Status, Action]:
-    if not problems:
-        return Status.PASS, Action.NONE
-    status, action, _ = min(problems, key=lambda p: SEVERITY[p[0]])
-    return status, action
 
 
 def _tool_missing(done: Completed, marker: str) -> bool:
@@ -125,7 +118,7 @@ def judge_nic(node: str, item: Mapping[str, Any], found: list[dict]) -> Result:
                              + ("(a member down or out of the aggregate?)"
                                 if item["kind"] == "bond"
                                 else "(cable, transceiver or switch port downtrained it)")))
-    status, action = _worst(problems)
+    status, action = worst(problems)
     details = {"subject": subject, "interface": have["name"], "mac": have["mac"],
                "state": have["state"], "mtu": have["mtu"], "mtu_declared": item["mtu"]}
     message = (f"{node}: {label} ({have['name']}): " + "; ".join(p[2] for p in problems)

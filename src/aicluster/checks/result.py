@@ -89,6 +89,16 @@ def worst_first(results: Iterable[Result]) -> list[Result]:
     return sorted(results, key=lambda r: (SEVERITY[r.status], r.layer, r.check, r.where))
 
 
+def worst(problems: Iterable[tuple[Status, Action, str]]) -> tuple[Status, Action]:
+    """The status and action of the worst of a check's problems (status, action, what);
+    PASS when there is none."""
+    listed = list(problems)
+    if not listed:
+        return Status.PASS, Action.NONE
+    status, action, _ = min(listed, key=lambda p: SEVERITY[p[0]])
+    return status, action
+
+
 def exit_code(results: Iterable[Result]) -> int:
     """0 when nothing failed (PASS, WARN, SKIP); 1 when a check failed or timed out;
     3 when none failed but a check could not run (ERROR). (2 is bad input, before any
