@@ -161,6 +161,17 @@ if any(_ceph_disks.values()):
                              "mon": {"mon_data_avail_warn": 5}}
     all[1]["secrets"]["ceph"] = {"file": str(state_dir() / "secrets" / "ceph.secret")}
 
+# Monitoring: node1 runs Prometheus, Alertmanager and the blackbox exporter; every node
+# the node exporter and its textfile collectors, so the whole stack above is scraped at
+# once. Prometheus keeps its samples on node1's root filesystem: a week, at most 2 GB.
+# Grafana is a release artifact (like k3s below): deployed only when the artifact
+# directory the overrides name holds it. No receiver is set here (alerts stay visible
+# in Alertmanager); the e2e tests add a webhook through the overrides.
+monitoring = [_state["nodes"][0]["name"]]
+all[0][0][1]["monitoring_storage_gb"] = 10
+all[1]["monitoring_retention_days"] = 7
+all[1]["monitoring_retention_size_gb"] = 2
+
 # Rehearsals (a version bump, a config change) without editing this file: the JSON
 # object in <testbed state dir>/overrides.json, then the one in the file
 # $AICLUSTER_TESTBED_OVERRIDES names (how a molecule scenario passes its own), are laid

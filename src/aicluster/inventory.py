@@ -766,6 +766,7 @@ def validate(
         raise InventoryError(_collapse(errors), source)
     cluster.warnings.extend(_warnings(cluster))
     cluster.warnings.extend(_minio_archived_warning(cluster))
+    cluster.warnings.extend(_component_warnings(cluster))
     return cluster
 
 
@@ -886,6 +887,17 @@ def _component_checks(cluster: Cluster) -> list[str]:
         if module is not None and hasattr(module, "validate"):
             errors += module.validate(cluster)
     return errors
+
+
+def _component_warnings(cluster: Cluster) -> list[str]:
+    """Each built component's own ``warnings(cluster)``: what its planning advice says
+    of the plan without refusing it (printed by ``aicluster validate`` and every deploy)."""
+    warnings: list[str] = []
+    for component in COMPONENT_ORDER:
+        module = derive_module(component)
+        if module is not None and hasattr(module, "warnings"):
+            warnings += module.warnings(cluster)
+    return warnings
 
 
 def derived_vars(cluster: Cluster, host_name: str) -> dict[str, Any]:

@@ -79,6 +79,9 @@ def test_lab_warns_of_a_single_slurm_controller(lab):
         "and gets no more releases or security fixes; the pinned release still installs "
         "(from its GitHub release assets, minio_release_base_url); plan a move to a "
         "maintained S3 store (docs/components/minio.md)",
+        "host 'head': groups: monitoring has one host: its Prometheus and Alertmanager are "
+        "a single point of failure (name a second host for a second replica and an "
+        "Alertmanager pair)",
     ]
 
 
@@ -178,15 +181,29 @@ def test_a_host_in_every_group_gets_every_component_in_order(spec):
     assert COMPONENT_ORDER[0] == "base"
 
 
+def _besides_monitoring(warnings: list[str]) -> list[str]:
+    """The warnings other than monitoring's (these small clusters have no monitoring
+    host, which monitoring warns of: tests/unit/test_monitoring_config.py)."""
+    return [w for w in warnings if not w.startswith("groups: monitoring: no host")]
+
+
 def test_no_warnings_with_a_backup_controller(spec):
     spec.set("groups.slurm_controller", ["n1", "n2"])
     spec.set("groups.slurm_workers", ["n2"])
-    assert load_cluster(spec.write()).warnings == []
+    assert _besides_monitoring(load_cluster(spec.write()).warnings) == []
+
+
+def test_a_cluster_without_a_monitoring_host_is_warned(spec):
+    warnings = load_cluster(spec.write()).warnings
+    assert [w for w in warnings if "monitoring" in w] == [
+        "groups: monitoring: no host is in the monitoring group: a cluster monitored only "
+        "later has paid for its first dead GPU, flapping link or full disk by the time it "
+        "is; name a monitoring host now (two for a replica and an Alertmanager pair)"]
 
 
 def test_warning_for_several_ollama_nodes_without_a_gateway(spec):
     spec.set("groups.ollama", ["n1", "n2"])
-    assert load_cluster(spec.write()).warnings == [
+    assert _besides_monitoring(load_cluster(spec.write()).warnings) == [
         "ollama runs on several nodes without an ollama_gateway: each Ollama serves alone; "
         "add a gateway node to balance requests across them"
     ]
@@ -196,7 +213,7 @@ def test_no_warning_for_several_ollama_nodes_with_a_gateway(spec):
     spec.set("groups.ollama", ["n1", "n2"])
     spec.set("groups.ollama_gateway", ["n1"])
     spec.set("n1.ollama_gateway_port", 11435)  # Ollama itself listens on 11434 there
-    assert load_cluster(spec.write()).warnings == []
+    assert _besides_monitoring(load_cluster(spec.write()).warnings) == []
 
 
 def test_the_file_name_is_a_group_too(spec):

@@ -236,9 +236,9 @@ def test_pyinfra_data_overrides_are_validated_before_connecting(data, message, s
 
 
 def test_warnings_are_printed_and_do_not_refuse(spec, tmp_path):
-    """An even number of Ceph monitors and slow fabric links between GPU nodes are
-    warnings: ``aicluster validate`` exits 0 and shows them; pyinfra prints each once
-    (``debug-inventory`` stops before connecting)."""
+    """An even number of Ceph monitors, slow fabric links between GPU nodes and a
+    cluster without a monitoring host are warnings: ``aicluster validate`` exits 0 and
+    shows them; pyinfra prints each once (``debug-inventory`` stops before connecting)."""
     spec.set("groups.ceph_mons", ["n1", "n2"]).set("groups.ceph_osds", ["n1", "n2"])
     spec.set("n1.ceph_osd_devices", [{"device": "/dev/nvme0n1"}])
     spec.set("n2.ceph_osd_devices", [{"device": "/dev/nvme0n1"}])
@@ -255,6 +255,10 @@ def test_warnings_are_printed_and_do_not_refuse(spec, tmp_path):
         "an odd number",
         "aicluster: warning: host 'n2': hardware.nics[0].speed_gbps: 10 Gb/s on the fabric "
         "network of a cluster with 2 GPU nodes; jobs across nodes want at least 25 Gb/s",
+        "aicluster: warning: groups: monitoring: no host is in the monitoring group: a "
+        "cluster monitored only later has paid for its first dead GPU, flapping link or full "
+        "disk by the time it is; name a monitoring host now (two for a replica and an "
+        "Alertmanager pair)",
     ]
     validate = CliRunner().invoke(main, ["validate", str(path)])
     assert validate.exit_code == 0, validate.stderr

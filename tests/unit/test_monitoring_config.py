@@ -718,7 +718,7 @@ def test_a_monitoring_setting_with_a_typo_is_refused_with_the_name_meant():
 
 
 # ---------------------------------------------------------------------------
-# Plan warnings (not wired into the inventory's warnings until the deploy lands)
+# Plan warnings (the inventory prints them: aicluster validate and every deploy)
 # ---------------------------------------------------------------------------
 
 
