@@ -369,6 +369,12 @@ def test_the_system_disk_is_never_an_osd(caplog, secret):
 # ---------------------------------------------------------------------------
 
 
+#: The always-on manager modules of a recent release, as `ceph mgr module ls -f json`
+#: lists them (MgrMonitor's "mgr module ls": always_on_modules, enabled_modules).
+ALWAYS_ON = ["balancer", "crash", "devicehealth", "orchestrator", "pg_autoscaler", "progress",
+             "rbd_support", "status", "telemetry", "volumes"]
+
+
 def _deployed(secret, hosts, groups, p) -> dict:
     """Facts of hosts where the plan ``p`` has run: files with its content, packages,
     services, the cluster as the first monitor reads it."""
@@ -395,6 +401,10 @@ def _deployed(secret, hosts, groups, p) -> dict:
             rules = ["replicated_rule", *(c["name"] for c in v["ceph_request"]["crush_rules"])]
             cluster_state = {"reachable": True, "pools": pools, "crush_rules": rules,
                              "fs": {"cephfs": {}} if v["ceph_cephfs"] else {},
+                             "mgr_modules": {"enabled": ["iostat", "nfs", "prometheus",
+                                                         "restful"],
+                                             "always_on": ALWAYS_ON},
+                             "mgr_config": dict(v["ceph_request"]["mgr_config"]),
                              "auth": {e["entity"]: {"key": keys["digests"][e["entity"]],
                                                     "caps": e["caps"]}
                                       for e in v["ceph_entities"]}}
@@ -1068,6 +1078,156 @@ def test_a_pool_set_to_another_rule_by_hand_is_set_back(secret):
     _, p = _re_run(secret, change)
     assert p.op("ceph1", POOLS_OP).commands == [
         "ceph --connect-timeout 60 osd pool set rbd crush_rule aicluster-host"]
+
+
+# ---------------------------------------------------------------------------
+# The managers' prometheus module: enabled, each manager on its own address
+# ---------------------------------------------------------------------------
+
+
+MGR_OP = "Manager modules and their options (prometheus; first monitor)"
+MGR_WAIT = ("timeout 180 sh -c 'until ceph --connect-timeout 5 mgr stat -f json 2>/dev/null "
+            "| grep -Eq \"\\\"available\\\": ?true\"; do sleep 2; done'")
+SET = "ceph --connect-timeout 60 config set mgr"
+MODULE = "ceph --connect-timeout 60 mgr module"
+
+
+def test_a_first_deploy_binds_each_manager_to_its_address_then_enables_prometheus(secret):
+    """Each manager (ceph1..3, one per monitor) gets its own server_addr, its host's
+    address on the storage network (Ceph's public network here), the port once, and
+    the module is enabled after them (it reads them when it starts), after the pools
+    and CephFS, before the clients mount; every other host runs nothing for it."""
+    hosts, groups = _three()
+    p = _plan(hosts, groups, secret)
+    assert p.op("ceph1", MGR_OP).commands == [
+        MGR_WAIT,
+        f"{SET} mgr/prometheus/ceph1/server_addr 10.30.0.31",
+        f"{SET} mgr/prometheus/ceph2/server_addr 10.30.0.32",
+        f"{SET} mgr/prometheus/ceph3/server_addr 10.30.0.33",
+        f"{SET} mgr/prometheus/server_port 9283",
+        f"{MODULE} enable prometheus",
+    ]
+    assert p.op("ceph1", MGR_OP).index > p.op(
+        "ceph1", "CephFS (ceph fs new, an MDS active; first monitor)").index
+    assert p.op("client1", "Mount CephFS at /mnt/cephfs").index > p.op("ceph1", MGR_OP).index
+    for name in ("ceph2", "ceph3", "client1"):
+        assert p.op(name, MGR_OP).commands == [], name
+
+
+def test_a_re_run_whose_cluster_has_the_module_and_addresses_runs_nothing_for_it(secret):
+    _, p = _re_run(secret)
+    assert p.op("ceph1", MGR_OP).commands == []
+
+
+def test_a_second_monitors_manager_gets_its_own_address_and_the_module_restarts(secret):
+    """A cluster made with one monitor gains a second: only the new manager's address
+    is set, and the running module is restarted (disabled, enabled) to bind it."""
+    hosts, groups, block = _one_host_three_osds()
+    first = _plan(hosts, groups, secret, _facts(hosts, block=block))
+    assert f"{SET} mgr/prometheus/ceph1/server_addr 10.30.0.31" in first.op(
+        "ceph1", MGR_OP).commands
+    facts = _deployed(secret, hosts, groups, first)
+    assert _plan(hosts, groups, secret, facts).op("ceph1", MGR_OP).commands == []
+    grown = [*hosts[:1], _host("ceph2", 32), hosts[1]]
+    grown_groups = {**groups, "ceph_mons": ["ceph1", "ceph2"]}
+    facts.update(_facts([h for h in grown if h[0] == "ceph2"]))
+    p = _plan(grown, grown_groups, secret, facts)
+    assert p.op("ceph1", MGR_OP).commands == [
+        MGR_WAIT,
+        f"{SET} mgr/prometheus/ceph2/server_addr 10.30.0.32",
+        f"{MODULE} disable prometheus",
+        f"{MODULE} enable prometheus",
+    ]
+    assert p.op("ceph2", MGR_OP).commands == []
+
+
+def test_a_changed_port_or_address_is_set_and_the_module_restarted(secret):
+    def change(facts):
+        config = facts["ceph1"]["CephState"]["cluster"]["mgr_config"]
+        config["mgr/prometheus/ceph2/server_addr"] = "10.10.0.32"  # another network
+
+    _, p = _re_run(secret, change)
+    assert p.op("ceph1", MGR_OP).commands == [
+        MGR_WAIT, f"{SET} mgr/prometheus/ceph2/server_addr 10.30.0.32",
+        f"{MODULE} disable prometheus", f"{MODULE} enable prometheus"]
+    hosts, groups = _three()
+    facts = _deployed(secret, hosts, groups, _plan(hosts, groups, secret))
+    p = _plan(hosts, groups, secret, facts, ceph_mgr_prometheus_port=9383)
+    assert p.op("ceph1", MGR_OP).commands == [
+        MGR_WAIT, f"{SET} mgr/prometheus/server_port 9383",
+        f"{MODULE} disable prometheus", f"{MODULE} enable prometheus"]
+
+
+def test_a_module_disabled_by_hand_is_enabled_again_without_a_restart(secret):
+    def change(facts):
+        facts["ceph1"]["CephState"]["cluster"]["mgr_modules"]["enabled"].remove("prometheus")
+
+    _, p = _re_run(secret, change)
+    assert p.op("ceph1", MGR_OP).commands == [MGR_WAIT, f"{MODULE} enable prometheus"]
+
+
+def test_ceph_mgr_prometheus_false_leaves_the_module_alone(secret):
+    hosts, groups = _three()
+    p = _plan(hosts, groups, secret, ceph_mgr_prometheus=False)
+    assert p.op("ceph1", MGR_OP).commands == []
+    facts = _deployed(secret, hosts, groups, _plan(hosts, groups, secret))
+    p = _plan(hosts, groups, secret, facts, ceph_mgr_prometheus=False)
+    assert p.op("ceph1", MGR_OP).commands == []  # not disabled either
+
+
+def test_the_ansible_filter_gives_the_same_manager_commands(secret):
+    import runpy
+
+    from aicluster import ROLES_DIR
+
+    filters = runpy.run_path(str(ROLES_DIR / "ceph/filter_plugins/aicluster_ceph.py"))
+    mgr = filters["FilterModule"]().filters()["aicluster_ceph_mgr_commands"]
+    hosts, groups = _three()
+    _, v, keys = _keys(secret, hosts, groups, "ceph1")
+    decided = ceph_derive.decide(_block(D1)(), {"cluster": {"reachable": True, "mgr_modules": {
+        "enabled": [], "always_on": ALWAYS_ON}, "mgr_config": {}}}, v["ceph_request"],
+        keys["fsid"], keys["digests"], "bookworm")
+    assert not decided["problems"]
+    assert mgr(decided, 60) == ceph_derive.mgr_commands(decided, 60)
+    assert mgr(decided, 60)[-1] == f"{MODULE} enable prometheus"
+
+
+def test_the_fact_reads_the_managers_modules_and_options(tmp_path):
+    """The fact's own program against a stand-in `ceph` answering as Ceph's monitors do
+    (the JSON of MgrMonitor's `mgr module ls` and KVMonitor's `config-key dump`), with
+    ceph.conf and the admin keyring in a temporary directory."""
+    import json
+    import os
+    import subprocess
+
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "ceph.conf").write_text("[global]\n")
+    (etc / "ceph.client.admin.keyring").write_text("")
+    modules = {"always_on_modules": ALWAYS_ON, "enabled_modules": ["iostat", "prometheus"],
+               "disabled_modules": [{"name": "alerts", "can_run": True, "error_string": "",
+                                     "module_options": {}}]}
+    keys = {"config/mgr/mgr/prometheus/ceph1/server_addr": "10.30.0.31",
+            "config/mgr/mgr/prometheus/server_port": "9283"}
+    answers = {"auth ls": {"auth_dump": []}, "mgr module ls": modules,
+               "config-key dump config/mgr/mgr/prometheus/": keys}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    cases = "\n".join(f"  *' {k} '*) cat <<'EOF'\n{json.dumps(v)}\nEOF\n  ;;"
+                      for k, v in answers.items())
+    (bin_dir / "ceph").write_text(f'#!/bin/sh\ncase " $* " in\n{cases}\n  *) exit 2 ;;\nesac\n')
+    (bin_dir / "ceph").chmod(0o755)
+    program = ceph_probe.PROGRAM.replace("/etc/ceph/", f"{etc}/")
+    request = ceph_probe.request_text({"host": "ceph1", "mode": "raw", "devices": [],
+                                       "cluster": True, "mount": "", "timeout": 5})
+    out = subprocess.run(["python3", "-c", program, request], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    cluster = ceph_probe.parse(out.stdout.splitlines())["cluster"]
+    assert cluster["mgr_modules"] == {"enabled": ["iostat", "prometheus"],
+                                      "always_on": sorted(ALWAYS_ON)}
+    assert cluster["mgr_config"] == {"mgr/prometheus/ceph1/server_addr": "10.30.0.31",
+                                     "mgr/prometheus/server_port": "9283"}
 
 
 # ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 from aicluster.common.epel import needs_crb
 from aicluster.components.ceph.derive import (
     decide_from_output,
+    mgr_commands,
     mon_mkfs_command,
     pool_commands,
     release_packages,
@@ -56,6 +57,10 @@ def aicluster_ceph_pool_commands(plan, timeout):
     return pool_commands(plan, timeout)
 
 
+def aicluster_ceph_mgr_commands(plan, timeout):
+    return mgr_commands(plan, timeout)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -66,4 +71,5 @@ class FilterModule:
             "aicluster_ceph_needs_crb": aicluster_ceph_needs_crb,
             "aicluster_ceph_mon_mkfs": aicluster_ceph_mon_mkfs,
             "aicluster_ceph_pool_commands": aicluster_ceph_pool_commands,
+            "aicluster_ceph_mgr_commands": aicluster_ceph_mgr_commands,
         }

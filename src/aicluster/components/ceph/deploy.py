@@ -32,7 +32,8 @@ Order. Cluster-wide commands (``ceph auth import``, pools, ``ceph fs new``) run 
 first monitor. pyinfra runs each operation on every host before the next one, as
 Ansible's linear strategy runs each task, so the operations are written in the order
 the cluster needs them: monitors, then keys, managers and MDS daemons, then OSDs, then
-pools and CephFS, then client mounts.
+pools and CephFS, then the managers' modules (``prometheus``, each manager bound to its
+host's address on the public network), then client mounts.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from aicluster.components.ceph.derive import (
     OSD_UNIT,
     cluster_key_commands,
     decide,
+    mgr_commands,
     mon_mkfs_command,
     osd_wipe_command,
     packages,
@@ -166,6 +168,10 @@ def deploy() -> None:
                  commands=pool_commands(decided, v["ceph_command_timeout"]) if first else [])
     server.shell(name="CephFS (ceph fs new, an MDS active; first monitor)",
                  commands=v["ceph_fs_commands"] if first and decided["fs_create"] else [])
+    # The managers' prometheus module, each manager on its own address on the public
+    # network (ceph_mgr_prometheus), where the cluster lacks it or has it otherwise.
+    server.shell(name="Manager modules and their options (prometheus; first monitor)",
+                 commands=mgr_commands(decided, v["ceph_command_timeout"]) if first else [])
     if v["ceph_cephfs_mount_path"]:
         _mount(v, decided)
 

@@ -60,6 +60,8 @@ SUITES = {("debian", "12"): "bookworm", ("debian", "13"): "trixie",
           ("ubuntu", "22.04"): "jammy", ("ubuntu", "24.04"): "noble"}
 #: The CRUSH rules the deploy makes (one per failure domain in use) are named so.
 CRUSH_RULE_PREFIX = "aicluster-"
+#: The manager module that serves the cluster's metrics to Prometheus.
+MGR_PROMETHEUS = "prometheus"
 
 
 # ---------------------------------------------------------------------------
@@ -262,6 +264,34 @@ def mon_addrs(cluster: Cluster, v: Mapping[str, Any], network: str) -> list[dict
     return out
 
 
+def mgr_module_config(cluster: Cluster, c: Mapping[str, Any],
+                      mons: list[dict[str, str]]) -> tuple[list[str], dict[str, str]]:
+    """The manager modules the deploy enables and the module options it sets (``ceph
+    config set mgr NAME VALUE``), as Ceph shows them in ``ceph config dump``.
+
+    With ``ceph_mgr_prometheus``: the ``prometheus`` module, its port
+    (``mgr/prometheus/server_port``, ``ceph_mgr_prometheus_port``) and, for each manager
+    (one per monitor host, ``ceph-mgr@<host>``: its id is the host's name), the address
+    it listens on: the host's own address on Ceph's public network, as the localized
+    option ``mgr/prometheus/<mgr id>/server_addr``. Ceph's documentation, verified
+    2026 (docs.ceph.com/en/squid/mgr/prometheus/ "Prometheus Module": ``ceph mgr module
+    enable prometheus``; options ``server_addr``, default ``::`` (every address) and
+    ``server_port``, default 9283; "must be restarted to apply configuration changes";
+    doc/mgr/modules.rst "Configuration options": options are named
+    ``mgr/<module name>/<option>``, and an option that differs by the node a manager
+    runs on, such as the address to listen on, is set as ``mgr/<module name>/<mgr
+    id>/<option>``; the module reads ``server_addr`` with
+    ``get_localized_module_option``, which takes the manager's own key first). One
+    address per manager keeps each listening on the cluster network alone, never on
+    every address of the host."""
+    if not c["ceph_mgr_prometheus"] or not mons:
+        return [], {}
+    options = {f"mgr/{MGR_PROMETHEUS}/server_port": str(int(c["ceph_mgr_prometheus_port"]))}
+    for m in mons:
+        options[f"mgr/{MGR_PROMETHEUS}/{m['name']}/server_addr"] = m["address"]
+    return [MGR_PROMETHEUS], options
+
+
 def merge_sections(default: Mapping[str, Any], user: Mapping[str, Any]) -> dict[str, dict]:
     """``ceph_config`` over ``ceph_default_config``, section by section; a key set to
     null is removed."""
@@ -348,6 +378,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
     if cluster.group("ceph_mds"):
         fs = {"name": str(c["ceph_cephfs_name"]), "metadata": str(c["ceph_cephfs_metadata_pool"]),
               "data": str(c["ceph_cephfs_data_pool"])}
+    mgr_modules, mgr_config = mgr_module_config(cluster, c, mons)
     targets = []
     if r["mon"] or r["osd"] or r["mds"]:
         targets.append("ceph.target")
@@ -373,6 +404,8 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "crush_rules": ([{"name": crush_rule(cluster, c), "domain": failure_domain(cluster, c)}]
                         if r["first_mon"] and pools(cluster, c) else []),
         "fs": fs if r["first_mon"] else None,
+        "mgr_modules": mgr_modules if r["first_mon"] else [],
+        "mgr_config": mgr_config if r["first_mon"] else {},
         "mount": mount,
         "targets": targets,
         "release": release_request(v),
@@ -563,15 +596,20 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
     (devices), and on the first monitor ``auth_import``, ``crush_rules_create``
     ([rule, failure domain]), ``pools_create`` (pools), ``pools_set`` ([pool, key,
     value]), ``pools_rule`` ([pool, rule]), ``pools_app`` ([pool, application]),
-    ``fs_create``; on a client, ``mount``; ``repo_suite``, the suite the repository's
-    source names."""
+    ``fs_create``, ``mgr_config_set`` ([option, value] the cluster's configuration
+    lacks or has otherwise), ``mgr_modules_enable`` and ``mgr_modules_restart``
+    (modules already enabled whose options change: a module reads them when it
+    starts); on a client, ``mount``; ``repo_suite``, the suite the repository's source
+    names."""
     where = f"host {request['host']!r}: ceph"
     r = request["roles"]
     out: dict[str, Any] = {
         "problems": [], "mon_mkfs": False, "osd_wipe": [], "osd_create": [],
         "osd_activate": [], "auth_import": False, "crush_rules_create": [],
         "pools_create": [], "pools_set": [], "pools_rule": [], "pools_app": [],
-        "fs_create": False, "mount": False, "targets_enable": [], "repo_suite": suite,
+        "fs_create": False, "mgr_config_set": [], "mgr_modules_enable": [],
+        "mgr_modules_restart": [], "mount": False, "targets_enable": [],
+        "repo_suite": suite,
     }
     problems: list[str] = []
     if request.get("release"):
@@ -640,6 +678,7 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
         fs = request.get("fs")
         out["fs_create"] = bool(fs) and (not reachable or fs["name"] not in (
             cluster.get("fs") or {}))
+        out.update(_decide_mgr(request, cluster, reachable))
     if request.get("mount"):
         mounted = state.get("mounted")
         if not mounted:
@@ -656,8 +695,39 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
     if problems:
         out.update(mon_mkfs=False, osd_wipe=[], osd_create=[], osd_activate=[],
                    auth_import=False, crush_rules_create=[], pools_create=[], pools_set=[],
-                   pools_rule=[], pools_app=[], fs_create=False, mount=False,
+                   pools_rule=[], pools_app=[], fs_create=False, mgr_config_set=[],
+                   mgr_modules_enable=[], mgr_modules_restart=[], mount=False,
                    targets_enable=[])
+    return out
+
+
+def _decide_mgr(request: Mapping[str, Any], cluster: Mapping[str, Any],
+                reachable: bool) -> dict[str, list]:
+    """The manager modules and options (first monitor), as the pools: what the cluster
+    shows (``ceph mgr module ls``: enabled or always on; ``ceph config dump``: the
+    ``mgr`` section's options) against the request. What cannot be read is done (each
+    command is harmless when repeated); a module known to be enabled is restarted
+    (disabled and enabled again) when one of its options changes, since it reads its
+    address and port when it starts."""
+    modules = cluster.get("mgr_modules") if reachable else None
+    config = cluster.get("mgr_config") if reachable else None
+    wanted = dict(request.get("mgr_config") or {})
+    out: dict[str, list] = {"mgr_config_set": [], "mgr_modules_enable": [],
+                            "mgr_modules_restart": []}
+    out["mgr_config_set"] = [[k, str(value)] for k, value in sorted(wanted.items())
+                             if config is None or str(config.get(k)) != str(value)]
+    changed = {k.split("/")[1] for k, _ in out["mgr_config_set"]}
+    for module in request.get("mgr_modules") or []:
+        if modules is None:
+            enabled = None
+        else:
+            enabled = module in (modules.get("enabled") or []) \
+                or module in (modules.get("always_on") or [])
+        if enabled is not True:
+            out["mgr_modules_enable"].append(module)
+        if module in changed and enabled is not False and reachable:
+            # Enabled, or perhaps (its list unreadable): restart it.
+            out["mgr_modules_restart"].append(module)
     return out
 
 
@@ -740,6 +810,31 @@ def pool_commands(decided: Mapping[str, Any], timeout: int) -> list[str]:
         out.append(f"{ceph} osd pool set {shlex.quote(name)} crush_rule {shlex.quote(rule)}")
     for name, app in decided["pools_app"]:
         out.append(f"{ceph} osd pool application enable {shlex.quote(name)} {shlex.quote(app)}")
+    return out
+
+
+def mgr_commands(decided: Mapping[str, Any], timeout: int) -> list[str]:
+    """The manager's module options and modules (first monitor), where they differ:
+    wait until a manager is available (a manager that has not reported its modules
+    yet makes Ceph refuse both their options and their enabling), set the options,
+    then enable each module the cluster lacks, or restart (disable, enable) one that
+    runs with other options. Enabling comes after the options, so a module starts
+    with its address and port."""
+    config = decided.get("mgr_config_set") or []
+    enable = decided.get("mgr_modules_enable") or []
+    restart = decided.get("mgr_modules_restart") or []
+    if not (config or enable or restart):
+        return []
+    t = int(timeout)
+    ceph = f"ceph --connect-timeout {t}"
+    out = [f"timeout {t * 3} sh -c 'until ceph --connect-timeout 5 mgr stat -f json "
+           "2>/dev/null | grep -Eq \"\\\"available\\\": ?true\"; do sleep 2; done'"]
+    out += [f"{ceph} config set mgr {shlex.quote(k)} {shlex.quote(str(value))}"
+            for k, value in config]
+    for module in restart:
+        out.append(f"{ceph} mgr module disable {shlex.quote(module)}")
+    for module in dict.fromkeys([*restart, *enable]):
+        out.append(f"{ceph} mgr module enable {shlex.quote(module)}")
     return out
 
 

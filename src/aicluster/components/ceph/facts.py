@@ -12,8 +12,12 @@ node has one: pyinfra and Ansible need it). It prints one JSON object:
   version could not be read, if it could not;
 * with ``cluster`` (asked on the first monitor only): ``cluster.reachable``, the auth
   entities (each key as a sha256 digest, never the key), the CRUSH rules' names, the
-  pools (size, min_size, CRUSH rule by name, applications) and the CephFS file systems,
-  read with the admin keyring;
+  pools (size, min_size, CRUSH rule by name, applications), the CephFS file systems,
+  the manager's modules (``mgr_modules``: enabled and always on, from ``ceph mgr module
+  ls``) and the prometheus module's options of the ``mgr`` section (``mgr_config``: name
+  to value, as the monitors store them: ``ceph config-key dump
+  config/mgr/mgr/prometheus/``; no other module's, which may hold passwords), read with
+  the admin keyring (either null when unreadable);
 * ``mounted``: what is mounted at the CephFS mount point (a client), or null;
 * ``targets``: whether each of Ceph's systemd targets the host needs is enabled.
 

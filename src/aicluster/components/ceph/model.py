@@ -20,7 +20,7 @@ from pydantic import (
 from typing_extensions import NotRequired, TypedDict
 
 from aicluster.components.ceph.derive import DERIVED_KEYS, RELEASES
-from aicluster.fields import AbsPath, PowerOfTwo, SecretName, listed_once, scalar_config
+from aicluster.fields import AbsPath, Port, PowerOfTwo, SecretName, listed_once, scalar_config
 from aicluster.inventory import DEVICE_RE, NETWORK_NAMES, ComponentSettings
 
 _UUID_RE = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
@@ -138,6 +138,9 @@ class Settings(ComponentSettings):
     ceph_keys_name: SecretName
     ceph_keys_bytes: Annotated[int, Field(ge=32, le=1024 * 1024)]
     ceph_msgr2: bool
+    #: The managers' prometheus module (false: left as it is).
+    ceph_mgr_prometheus: bool
+    ceph_mgr_prometheus_port: Port
     ceph_osd_devices: Annotated[list[Annotated[OsdDevice, BeforeValidator(_plain_device)]],
                                 listed_once(lambda d: d["device"])]
     ceph_osd_mode: Literal["raw", "lvm"]

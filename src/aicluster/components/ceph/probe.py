@@ -1,6 +1,6 @@
 """Ceph's state on a node, as both engines read it: a small Python program run on the
 node (the installed and candidate Ceph release, monitor quorum, OSDs, CRUSH rules,
-pools, CephFS) and the parsing of its JSON answer.
+pools, CephFS, the manager's modules and their options) and the parsing of its JSON answer.
 """
 
 from __future__ import annotations
@@ -98,6 +98,18 @@ if a.get("cluster") and os.path.exists("/etc/ceph/ceph.conf") \
         # Pools name their CRUSH rule by id; the rule dump maps ids to names.
         rules = js(ceph + ["osd", "crush", "rule", "dump"])
         rule_names = {r.get("rule_id"): r.get("rule_name") for r in rules or []}
+        # The manager's modules (enabled, and always on: a list for the running release,
+        # a map by release in older output) and the prometheus module's options set for
+        # the mgr section (only these: other modules keep passwords among their options),
+        # as the monitors store them (config/<section>/<name>): with a manager's own name
+        # in a localized one (mgr/<module>/<mgr id>/<option>), which `config dump -f
+        # json` shows without it in releases older than Ceph's fix for tracker 62379
+        # (ceph PR 52906, 2023; backported to pacific in PR 53984).
+        mods = js(ceph + ["mgr", "module", "ls"])
+        always = (mods.get("always_on_modules") if isinstance(mods, dict) else None) or []
+        if isinstance(always, dict):
+            always = [m for names in always.values() for m in names]
+        conf = js(ceph + ["config-key", "dump", "config/mgr/mgr/prometheus/"])
         out["cluster"] = {
             "reachable": True,
             "auth": {e["entity"]: {"key": hashlib.sha256(e.get("key", "").encode()).hexdigest(),
@@ -112,6 +124,11 @@ if a.get("cluster") and os.path.exists("/etc/ceph/ceph.conf") \
                       for p in pools},
             "fs": {f["name"]: {"metadata_pool": f.get("metadata_pool"),
                                "data_pools": f.get("data_pools", [])} for f in fs},
+            "mgr_modules": {"enabled": sorted(mods.get("enabled_modules") or []),
+                            "always_on": sorted(always)} if isinstance(mods, dict) else None,
+            "mgr_config": {k[len("config/mgr/"):]: str(value) for k, value in conf.items()
+                           if k.startswith("config/mgr/mgr/prometheus/")}
+            if isinstance(conf, dict) else None,
         }
     else:
         out["cluster"] = {"reachable": False}
