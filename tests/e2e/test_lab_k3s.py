@@ -3,14 +3,14 @@ by the whole-stack deploy.py, shared with the other ``test_lab*.py`` modules), t
 STAND-IN release files (the k3s role's molecule scenario does the same with Ansible).
 
 STAND-IN k3s: the real k3s release cannot be downloaded on these machines, so
-tests/e2e/standins/k3s.py builds a stand-in executable (stdlib Python: an HTTP server
-for the few API calls the deploy and these checks make, "kubectl" for the commands the
-rollout runs; not k3s, and it says so in --version and its log) in three versions and
-lays them out in an artifact directory as `aicluster artifacts fetch` would (the lab's
-overrides name them). The deploy takes them through the same verified artifact path as
-the real files. With $AICLUSTER_E2E_ARTIFACTS_DIR naming a real artifact directory, the
-real binary and the defaults' pins are used, and the checks that need a second release
-are skipped.
+tests/e2e/standins/k3s.py builds a stand-in executable (stdlib Python: an HTTPS server,
+with self-signed certificates as k3s's, for the few API calls the deploy and these
+checks make, "kubectl" for the commands the rollout runs; not k3s, and it says so in
+--version and its log) in three versions and lays them out in an artifact directory as
+`aicluster artifacts fetch` would (the lab's overrides name them). The deploy takes them
+through the same verified artifact path as the real files. With
+$AICLUSTER_E2E_ARTIFACTS_DIR naming a real artifact directory, the real binary and the
+defaults' pins are used, and the checks that need a second release are skipped.
 
 node1 is the server, node2 an agent, on the management network. On the lab in
 miniature:

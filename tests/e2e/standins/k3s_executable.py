@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """STAND-IN k3s for aicluster's end-to-end tests. NOT k3s: no Kubernetes, no
-containers, plain HTTP instead of TLS.
+containers; TLS like k3s, with self-signed certificates the stand-in makes itself.
 
 tests/e2e/standins/k3s.py writes this file, with its version filled in, where
 ``aicluster artifacts`` finds the k3s binary; the deploy installs it as
@@ -14,40 +14,65 @@ more of k3s fails here instead of passing by accident:
   /etc/rancher/k3s/config.yaml: one ``key: <JSON value>`` per line, as aicluster
   writes it). Like k3s, both listen on ``bind-address`` (k3s's default: every
   address): the server's API on ``https-listen-port`` (6443) and both the "kubelet"
-  port 10250. A server keeps the cluster's nodes and an event log in
-  <data-dir>/server/standin-state.json, writes the admin kubeconfig
-  (``write-kubeconfig``, default /etc/rancher/k3s/k3s.yaml, mode
+  port 10250, each over TLS (HTTPS) as in k3s; a client that speaks plain HTTP there
+  gets Go's answer, 400 "Client sent an HTTP request to an HTTPS server.", and nothing
+  else. The certificates are made with the ``openssl`` command (Debian's openssl
+  package, which ca-certificates pulls in) when the process starts, EC P-256 as k3s's:
+  a server makes its cluster CA once, self-signed, <data-dir>/server/tls/server-ca.crt
+  (its key server-ca.key, 0600), and at every start the API's certificate signed by it,
+  serving-kube-apiserver.crt, for localhost, 127.0.0.1, ::1, the kubernetes service
+  names, ``node-name``, ``node-ip``, ``bind-address`` and every ``tls-san``; every node
+  makes at every start a self-signed kubelet certificate,
+  <data-dir>/agent/serving-kubelet.crt (k3s signs that one with its CA; the stand-in's
+  agents have no CA key). The API answers ``/readyz``, ``/livez`` and ``/healthz``
+  with 200 "ok" to a client with credentials and 401 to one without (k3s turns
+  anonymous access off), ``/cacerts`` (the CA's PEM) to anyone. A server keeps the
+  cluster's nodes and an event log in <data-dir>/server/standin-state.json, writes the
+  admin kubeconfig (``write-kubeconfig``, default /etc/rancher/k3s/k3s.yaml, mode
   ``write-kubeconfig-mode``) naming ``https://<bind-address, else 127.0.0.1>:<port>``
-  as k3s does, registers itself as a node and then tells systemd READY=1. Every node
-  registers with the server named by ``server`` (a server: with itself) proving the
-  cluster token by its sha256 (the token never crosses the network), after the server
-  reached its kubelet port at its ``node-ip``; it gets a node credential, written to
-  <data-dir>/agent/kubelet.kubeconfig (mode 0600), and heartbeats every 2 s. A node
-  is Ready while its last heartbeat is under 10 s old; its kubeletVersion is that of
-  the process that registered last, so right after a restart the Node still shows the
-  old process's status, as in Kubernetes. SIGTERM stops it cleanly.
+  and the CA (``certificate-authority-data``) as k3s does, registers itself as a node
+  and then tells systemd READY=1. Every node fetches the CA from ``/cacerts`` of the
+  server named by ``server`` (a server: uses its own), unverified as a k3s agent with
+  a token that pins no CA hash does, then verifies the server's certificate (name
+  included) with it in every call, and registers with that server proving the cluster
+  token by its sha256 (the token never crosses the network), after the server reached
+  its kubelet port at its ``node-ip`` (over TLS, the certificate not verified); it gets
+  a node credential, written with the CA to <data-dir>/agent/kubelet.kubeconfig (mode
+  0600), and heartbeats every 2 s. A node is Ready while its last heartbeat is under
+  10 s old; its kubeletVersion is that of the process that registered last, so right
+  after a restart the Node still shows the old process's status, as in Kubernetes.
+  SIGTERM stops it cleanly.
 - ``k3s kubectl`` (or ``kubectl`` through the symlink): ``get node[s] [NAME]`` (a
   table, or ``-o jsonpath=`` with paths, ``[?(@.k=="v")]`` filters, ``range``/``end``
   and string literals), ``cordon``, ``uncordon``, ``drain NAME --ignore-daemonsets
   --delete-emptydir-data --timeout=Ns`` (there are no pods: it cordons and logs),
   ``annotate [--overwrite] node NAME KEY=VALUE|KEY-``; ``--kubeconfig`` or
-  $KUBECONFIG or /etc/rancher/k3s/k3s.yaml.
+  $KUBECONFIG or /etc/rancher/k3s/k3s.yaml. It verifies the server's certificate with
+  the kubeconfig's ``certificate-authority-data`` (or ``certificate-authority``, a
+  file), as kubectl does; ``insecure-skip-tls-verify: true`` turns that off, and a
+  kubeconfig naming neither verifies with the system's CAs.
 
-Standard library only: the nodes have python3 and nothing else of ours.
+Standard library only (and the openssl command, for the certificates): the nodes have
+python3 and nothing else of ours.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import http.server
+import ipaddress
 import json
 import os
 import re
 import secrets
 import signal
 import socket
+import ssl
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -86,11 +111,6 @@ def die(message: str) -> None:
 
 def url_host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
-
-
-def plain_http(url: str) -> str:
-    """The stand-in speaks plain HTTP where k3s speaks TLS."""
-    return "http://" + url.split("://", 1)[1] if url.startswith("https://") else url
 
 
 def digest(token: str) -> str:
@@ -135,10 +155,135 @@ def read_token(config: dict) -> str:
     return token
 
 
+# --- TLS: certificates made with the openssl command ------------------------------------
+
+#: The Kubernetes service's names, in k3s's API certificate too.
+API_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+             "kubernetes.default.svc.cluster.local")
+OPENSSL_CONFIG = """\
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = {cn}
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,digitalSignature,keyEncipherment,keyCertSign
+subjectKeyIdentifier = hash
+[leaf]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+subjectAltName = {sans}
+"""
+NEW_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def openssl(args: list[str], cn: str, sans: list[str], work: Path) -> None:
+    """Run ``openssl ARGS`` with a config naming *cn* and the ``subjectAltName`` *sans*
+    (``-config`` and ``-extfile`` point to it), dying with openssl's words if it fails."""
+    cfg = work / "openssl.cnf"
+    cfg.write_text(OPENSSL_CONFIG.format(cn=cn, sans=", ".join(sans) or "DNS:localhost"))
+    args = [cfg.as_posix() if a == "@CONFIG@" else a for a in args]
+    try:
+        done = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except FileNotFoundError:
+        die("no openssl command: the stand-in makes its TLS certificates with it "
+            "(Debian: apt-get install openssl)")
+    if done.returncode:
+        die(f"openssl {args[0]} failed: {done.stderr.strip()}")
+
+
+def subject_alt_names(names) -> list[str]:
+    """``IP:``/``DNS:`` entries for *names* (addresses and host names), each once."""
+    out: list[str] = []
+    for name in names:
+        name = str(name or "").strip().strip("[]")
+        if not name or name in ("0.0.0.0", "::"):
+            continue
+        try:
+            entry = f"IP:{ipaddress.ip_address(name)}"
+        except ValueError:
+            entry = f"DNS:{name}"
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def make_ca(tls_dir: Path) -> tuple[Path, Path]:
+    """The cluster CA (self-signed, ten years, as k3s's), made once and kept."""
+    crt, key = tls_dir / "server-ca.crt", tls_dir / "server-ca.key"
+    if crt.exists() and key.exists():
+        return crt, key
+    tls_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with tempfile.TemporaryDirectory(dir=tls_dir) as work:
+        w = Path(work)
+        openssl(["req", "-x509", "-new", *NEW_KEY, "-keyout", (w / "k").as_posix(),
+                 "-out", (w / "c").as_posix(), "-days", "3650", "-config", "@CONFIG@",
+                 "-extensions", "ca"], f"k3s-server-ca@{int(time.time())}", [], w)
+        os.chmod(w / "k", 0o600)
+        os.replace(w / "k", key)
+        os.replace(w / "c", crt)
+    log(f"made the cluster CA {crt} (self-signed)")
+    return crt, key
+
+
+def make_leaf(crt: Path, key: Path, cn: str, names, ca: tuple[Path, Path] | None) -> None:
+    """A serving certificate for *names*, signed by *ca* (its cert and key), else
+    self-signed; its key 0600. Made anew at every start, as the names may change."""
+    crt.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sans = subject_alt_names(names)
+    with tempfile.TemporaryDirectory(dir=crt.parent) as work:
+        w = Path(work)
+        if ca is None:
+            openssl(["req", "-x509", "-new", *NEW_KEY, "-keyout", (w / "k").as_posix(),
+                     "-out", (w / "c").as_posix(), "-days", "365", "-config", "@CONFIG@",
+                     "-extensions", "leaf"], cn, sans, w)
+        else:
+            openssl(["req", "-new", *NEW_KEY, "-keyout", (w / "k").as_posix(),
+                     "-out", (w / "r").as_posix(), "-config", "@CONFIG@"], cn, sans, w)
+            openssl(["x509", "-req", "-in", (w / "r").as_posix(), "-CA", ca[0].as_posix(),
+                     "-CAkey", ca[1].as_posix(), "-set_serial",
+                     f"0x{secrets.token_hex(16)}", "-days", "365", "-extfile", "@CONFIG@",
+                     "-extensions", "leaf", "-out", (w / "c").as_posix()], cn, sans, w)
+        os.chmod(w / "k", 0o600)
+        os.replace(w / "k", key)
+        os.replace(w / "c", crt)
+    log(f"made {crt} ({'signed by ' + ca[0].name if ca else 'self-signed'}; "
+        f"{', '.join(sans)})")
+
+
+def server_context(crt: Path, key: Path) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(crt, key)
+    return context
+
+
+def client_context(ca_pem: str | None = None, verify: bool = True) -> ssl.SSLContext:
+    """Verifying with *ca_pem* (else the system's CAs), names included; or not at all."""
+    if not verify:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    return ssl.create_default_context(cadata=ca_pem) if ca_pem else \
+        ssl.create_default_context()
+
+
 # --- HTTP plumbing ------------------------------------------------------------------------
 
+#: What Go's net/http answers a plain-HTTP request on a TLS port (and then hangs up).
+NOT_TLS_ANSWER = (b"HTTP/1.0 400 Bad Request\r\n\r\n"
+                  b"Client sent an HTTP request to an HTTPS server.\n")
 
-def serve(address: str, port: int, handler) -> http.server.ThreadingHTTPServer:
+
+def serve(address: str, port: int, handler,
+          context: ssl.SSLContext) -> http.server.ThreadingHTTPServer:
+    """HTTPS on *address*:*port*; each connection's TLS handshake in its own thread."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
 
     class Server(http.server.ThreadingHTTPServer):
@@ -146,25 +291,46 @@ def serve(address: str, port: int, handler) -> http.server.ThreadingHTTPServer:
         daemon_threads = True
         allow_reuse_address = True
 
+        def finish_request(self, sock, client_address):
+            sock.settimeout(10)
+            try:
+                first = sock.recv(1, socket.MSG_PEEK)
+                if first and first != b"\x16":  # not a TLS record (a handshake's is 0x16)
+                    if first.isalpha():
+                        sock.sendall(NOT_TLS_ANSWER)
+                    return
+                if not first:
+                    return
+                tls = context.wrap_socket(sock, server_side=True)
+            except OSError:  # ssl.SSLError included: a failed handshake; hang up
+                return
+            try:
+                self.RequestHandlerClass(tls, client_address, self)
+            finally:
+                tls.close()
+
     try:
         httpd = Server((address, port), handler)
     except OSError as exc:
         die(f"cannot listen on {url_host(address)}:{port}: {exc}")
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    log(f"listening on {url_host(address)}:{port} (plain HTTP, not TLS)")
+    log(f"listening on {url_host(address)}:{port} (HTTPS)")
     return httpd
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     server_version = "k3s-standin"
+    timeout = 30
 
     def log_message(self, fmt, *args):  # requests are not logged (no secret in any)
         pass
 
     def reply(self, status: int, body) -> None:
-        data = (json.dumps(body) + "\n").encode()
+        self.reply_bytes(status, (json.dumps(body) + "\n").encode(), "application/json")
+
+    def reply_bytes(self, status: int, data: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -182,21 +348,30 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return value[7:] if value.startswith("Bearer ") else ""
 
 
-def request(method: str, url: str, credential: str = "", body=None, timeout: float = 10):
-    """(status, JSON body) of one API call; raises OSError when nothing answers."""
+def fetch(method: str, url: str, context: ssl.SSLContext, credential: str = "", body=None,
+          timeout: float = 10) -> tuple[int, bytes]:
+    """(status, body bytes) of one HTTPS call; raises OSError when nothing answers (or
+    the TLS handshake fails: ssl.SSLError, in urllib's URLError)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(plain_http(url), data=data, method=method)
+    req = urllib.request.Request(url, data=data, method=method)
     req.add_header("Content-Type", "application/json")
     if credential:
         req.add_header("Authorization", f"Bearer {credential}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read() or b"{}")
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:  # noqa: S310
+            return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.loads(exc.read() or b"{}")
-        except ValueError:
-            return exc.code, {}
+        return exc.code, exc.read()
+
+
+def request(method: str, url: str, context: ssl.SSLContext, credential: str = "", body=None,
+            timeout: float = 10):
+    """(status, JSON body) of one API call; raises OSError when nothing answers."""
+    status, data = fetch(method, url, context, credential, body, timeout)
+    try:
+        return status, json.loads(data or b"{}")
+    except ValueError:
+        return status, {}
 
 
 def notify_ready() -> None:
@@ -272,14 +447,23 @@ class Cluster:
         }
 
 
-def api_handler(cluster: Cluster):
+#: The API's health endpoints: "ok" to an authenticated client (anyone may read them
+#: once authenticated, k3s's system:public-info-viewer), 401 to an anonymous one.
+HEALTH_PATHS = ("/readyz", "/livez", "/healthz")
+
+
+def api_handler(cluster: Cluster, ca_pem: str):
     class Api(Handler):
         def do_GET(self):
-            if self.path == "/healthz":
-                return self.reply(200, {"ok": True})
+            if self.path == "/cacerts":  # as k3s: the CA to anyone (agents fetch it)
+                return self.reply_bytes(200, ca_pem.encode(), "text/plain")
             with cluster.lock:
                 if cluster.who(self.bearer()) is None:
-                    return self.reply(401, {"message": "Unauthorized"})
+                    return self.reply(401, {"kind": "Status", "apiVersion": "v1",
+                                            "status": "Failure", "message": "Unauthorized",
+                                            "reason": "Unauthorized", "code": 401})
+                if self.path.split("?", 1)[0] in HEALTH_PATHS:
+                    return self.reply_bytes(200, b"ok", "text/plain; charset=utf-8")
                 if self.path == "/api/v1/nodes":
                     items = [cluster.node_object(n) for n in sorted(cluster.state["nodes"])]
                     return self.reply(200, {"kind": "NodeList", "items": items})
@@ -336,8 +520,8 @@ def api_handler(cluster: Cluster):
             # The server reaches the node's kubelet port at the node's address (as the
             # API server reaches kubelets): the node must be reachable there.
             try:
-                status, _ = request("GET", f"http://{url_host(address)}:{KUBELET_PORT}/healthz",
-                                    timeout=3)
+                status, _ = request("GET", f"https://{url_host(address)}:{KUBELET_PORT}/healthz",
+                                    client_context(verify=False), timeout=3)
             except OSError as exc:
                 status = str(exc)
             if status != 200:
@@ -379,11 +563,13 @@ def write_private(path: str, text: str, mode: int = 0o600) -> None:
     os.chmod(path, mode)
 
 
-def kubeconfig_text(server: str, user: str, credential: str) -> str:
+def kubeconfig_text(server: str, user: str, credential: str, ca_pem: str) -> str:
+    ca_data = base64.b64encode(ca_pem.encode()).decode()
     return (
         "# STAND-IN k3s kubeconfig (aicluster's tests; not k3s)\n"
         "apiVersion: v1\nkind: Config\n"
-        f"clusters:\n- cluster:\n    server: {server}\n  name: default\n"
+        f"clusters:\n- cluster:\n    certificate-authority-data: {ca_data}\n"
+        f"    server: {server}\n  name: default\n"
         "contexts:\n- context:\n    cluster: default\n    user: default\n  name: default\n"
         "current-context: default\n"
         f"users:\n- name: default\n  user:\n    # {user}\n    token: {credential}\n"
@@ -421,24 +607,41 @@ def run_node(role: str, args: list[str]) -> int:
     stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stopping.append(signum))
-    listeners = [serve(bind, KUBELET_PORT, Kubelet)]
+    agent_dir = data_dir / "agent"
+    kubelet_crt, kubelet_key = agent_dir / "serving-kubelet.crt", agent_dir / "serving-kubelet.key"
+    make_leaf(kubelet_crt, kubelet_key, name, [name, node_ip, bind, "localhost", "127.0.0.1"],
+              None)
+    listeners = [serve(bind, KUBELET_PORT, Kubelet, server_context(kubelet_crt, kubelet_key))]
+    ca_pem = ""
     if role == "server":
         if config.get("server"):
             raise Unsupported("a server joining another (embedded etcd across servers)")
         port = int(config.get("https-listen-port") or 6443)
         cluster = Cluster(data_dir / "server" / "standin-state.json", token)
-        listeners.append(serve(bind, port, api_handler(cluster)))
+        tls_dir = data_dir / "server" / "tls"
+        ca = make_ca(tls_dir)
+        ca_pem = ca[0].read_text()
+        sans = config.get("tls-san") or []
+        api_crt = tls_dir / "serving-kube-apiserver.crt"
+        api_key = tls_dir / "serving-kube-apiserver.key"
+        make_leaf(api_crt, api_key, "kube-apiserver",
+                  [*API_NAMES, "127.0.0.1", "::1", name, node_ip, bind,
+                   *([sans] if isinstance(sans, str) else sans)], ca)
+        listeners.append(serve(bind, port, api_handler(cluster, ca_pem),
+                               server_context(api_crt, api_key)))
         own = bind if bind not in ("0.0.0.0", "::") else "127.0.0.1"
         server_url = f"https://{url_host(own)}:{port}"
         mode = int(str(config.get("write-kubeconfig-mode") or "0600"), 8)
         admin_config = str(config.get("write-kubeconfig") or KUBECONFIG)
         write_private(admin_config, kubeconfig_text(server_url, "admin",
-                                                    cluster.state["admin"]), mode)
+                                                    cluster.state["admin"], ca_pem), mode)
         log(f"wrote {admin_config} (server {server_url})")
     else:
         server_url = str(config.get("server") or "")
         if not server_url:
             raise Unsupported("an agent without server in config.yaml")
+    if not server_url.startswith("https://"):
+        raise Unsupported(f"server {server_url!r}: k3s's API is https://")
 
     registration = {"name": name, "role": role, "address": node_ip, "version": VERSION,
                     "labels": labels, "token_sha256": digest(token)}
@@ -447,14 +650,16 @@ def run_node(role: str, args: list[str]) -> int:
     while not stopping:
         if not credential:
             try:
+                if role != "server":  # an agent trusts the CA the server hands out
+                    ca_pem = fetch_ca(server_url)
                 status, answer = request("POST", f"{server_url}/v1-standin/register",
-                                         body=registration)
+                                         client_context(ca_pem), body=registration)
             except OSError as exc:
-                status, answer = str(exc), {}
+                status, answer = str(getattr(exc, "reason", exc)), {}
             if status == 200:
                 credential = answer["credential"]
-                write_private(str(data_dir / "agent" / "kubelet.kubeconfig"),
-                              kubeconfig_text(server_url, f"node {name}", credential))
+                write_private(str(agent_dir / "kubelet.kubeconfig"),
+                              kubeconfig_text(server_url, f"node {name}", credential, ca_pem))
                 log(f"registered as node {name!r} with {server_url}")
                 if not told_systemd:
                     notify_ready()
@@ -464,9 +669,10 @@ def run_node(role: str, args: list[str]) -> int:
                     f"{answer.get('message', '')}; retrying")
         else:
             try:
-                status, _ = request("POST", f"{server_url}/v1-standin/heartbeat", credential)
+                status, _ = request("POST", f"{server_url}/v1-standin/heartbeat",
+                                    client_context(ca_pem), credential)
             except OSError as exc:
-                status = str(exc)
+                status = str(getattr(exc, "reason", exc))
             if status == 401:
                 credential = ""
                 continue
@@ -480,6 +686,21 @@ def run_node(role: str, args: list[str]) -> int:
         httpd.server_close()
     log("stopped (SIGTERM)")
     return 0
+
+
+def fetch_ca(server_url: str) -> str:
+    """The cluster CA from the server's /cacerts, the server's certificate not verified
+    (as a k3s agent whose token pins no CA hash fetches it); raises OSError when the
+    answer is not a CA certificate."""
+    status, data = fetch("GET", f"{server_url}/cacerts", client_context(verify=False))
+    pem = data.decode(errors="replace")
+    if status != 200 or "-----BEGIN CERTIFICATE-----" not in pem:
+        raise OSError(f"{server_url}/cacerts: {status}, no CA certificate")
+    try:
+        client_context(pem)
+    except ssl.SSLError as exc:
+        raise OSError(f"{server_url}/cacerts: not a CA certificate ({exc})") from None
+    return pem
 
 
 # --- kubectl -----------------------------------------------------------------------------
@@ -521,14 +742,19 @@ def kubectl(args: list[str]) -> int:
     if drain_flags and verb != "drain":
         raise unsupported(f"{', '.join(sorted(drain_flags))} with {verb}")
 
-    server, credential = _kubeconfig(kubeconfig)
+    server, credential, context = _kubeconfig(kubeconfig)
 
     def call(method, path, body=None):
         try:
-            return request(method, f"{server}{path}", credential, body)
-        except OSError:
-            print(f"The connection to the server {server.split('://', 1)[-1]} was refused - "
-                  "did you specify the right host or port?", file=sys.stderr)
+            return request(method, f"{server}{path}", context, credential, body)
+        except OSError as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLError):  # as kubectl words a TLS failure
+                print(f"Unable to connect to the server: tls: "
+                      f"{getattr(reason, 'verify_message', '') or reason}", file=sys.stderr)
+            else:
+                print(f"The connection to the server {server.split('://', 1)[-1]} was "
+                      "refused - did you specify the right host or port?", file=sys.stderr)
             raise SystemExit(1) from None
 
     def fail(status, answer):
@@ -595,17 +821,33 @@ def kubectl(args: list[str]) -> int:
     raise unsupported(f"command {verb!r}")
 
 
-def _kubeconfig(path: str) -> tuple[str, str]:
+def _kubeconfig(path: str) -> tuple[str, str, ssl.SSLContext]:
+    """The server, the token and the TLS context (the kubeconfig's CA) of *path*."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
         print(f"error: cannot read kubeconfig {path}: {exc.strerror}", file=sys.stderr)
         raise SystemExit(1) from None
-    server = re.search(r"^\s+server:\s*(\S+)", text, re.M)
-    token = re.search(r"^\s+token:\s*(\S+)", text, re.M)
-    if not server or not token:
+
+    def field(key: str) -> str | None:
+        m = re.search(rf"^\s+{key}:\s*(\S+)", text, re.M)
+        return m.group(1).strip("\"'") if m else None
+
+    server, token = field("server"), field("token")
+    if not server or not token or not server.startswith("https://"):
         raise Unsupported(f"kubeconfig {path}: not one written by the stand-in", "kubectl")
-    return server.group(1), token.group(1)
+    ca_pem = None
+    try:
+        if field("certificate-authority-data"):
+            ca_pem = base64.b64decode(field("certificate-authority-data")).decode()
+        elif field("certificate-authority"):
+            ca_pem = Path(field("certificate-authority")).read_text()
+        context = client_context(ca_pem, verify=field("insecure-skip-tls-verify") != "true")
+    except (OSError, ValueError) as exc:  # ssl.SSLError included
+        print(f"error: kubeconfig {path}: unusable certificate authority: {exc}",
+              file=sys.stderr)
+        raise SystemExit(1) from None
+    return server, token, context
 
 
 def _table(items: list[dict]) -> None:
