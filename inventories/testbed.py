@@ -235,6 +235,11 @@ if _releases("minio"):
     all[1]["secrets"]["minio_root_password"] = {
         "file": str(state_dir() / "secrets" / "minio.secret")}
 
+# Grafana, on the monitoring host, when the artifact directory holds its release (the
+# real file: there is no stand-in, `tests/e2e/test_lab_monitoring.py` checks the
+# dashboards' queries against Prometheus instead).
+all[1]["monitoring_grafana"] = _releases("monitoring")
+
 # Group changes rehearsed the same way: the overrides' "groups" key maps a group name to
 # its new list of nodes, e.g. {"groups": {"slurm_workers": ["node1"]}} takes node2 out of
 # Slurm (docs/rerunning.md, "Removing a component from a host"); an empty list removes

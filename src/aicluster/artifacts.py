@@ -14,6 +14,12 @@ A component that installs a vendor release pins it in its defaults
             arm64: "<64 hex digits>"
         groups: [minio]                        # optional: only hosts of these groups need it
 
+A component that ships several vendors' releases gives an artifact its own version
+and base URL settings: ``version_setting`` names the setting holding its version (default
+``<c>_version``), ``base_url_setting`` the one ``{base_url}`` reads (default
+``<c>_release_base_url``); ``enabled_by`` names a boolean setting that must be true on
+a host for the host to need the artifact (Grafana: ``monitoring_grafana``).
+
 ``url`` is a pattern (or a mapping architecture -> pattern, for vendors whose file
 names differ by architecture) with the placeholders ``{version}``, ``{arch}``
 (``amd64``/``arm64``), ``{name}``, ``{version_quoted}`` (the version URL-quoted:
@@ -79,7 +85,8 @@ FETCH_HINT = (
     "on a machine with internet access run `aicluster artifacts fetch INVENTORY --dest DIR`, "
     "copy DIR to the deploying machine and name it in the inventory as artifacts_dir"
 )
-SPEC_KEYS = frozenset({"url", "sha256", "groups", "filename"})
+SPEC_KEYS = frozenset({"url", "sha256", "groups", "filename", "version_setting",
+                       "base_url_setting", "enabled_by"})
 PLACEHOLDERS = ("version", "arch", "name", "version_quoted", "base_url")
 CHUNK = 1024 * 1024
 HEX = frozenset("0123456789abcdef")
@@ -142,12 +149,24 @@ def component_vars(component: str, data: Mapping[str, Any]) -> tuple[Any, Any]:
     return data.get(version_key, base.get(version_key)), data.get(spec_key, base.get(spec_key))
 
 
-def release_base_url(component: str, data: Mapping[str, Any]) -> str | None:
-    """``<c>_release_base_url`` for a host (its data over the role's defaults): what a
-    ``{base_url}`` in the component's URL patterns stands for; None when not set."""
-    key = f"{component}_release_base_url"
+def release_base_url(component: str, data: Mapping[str, Any], key: str | None = None
+                     ) -> str | None:
+    """``<c>_release_base_url`` (or the setting ``key`` names) for a host (its data over
+    the role's defaults): what a ``{base_url}`` in the component's URL patterns stands
+    for; None when not set."""
+    key = key or f"{component}_release_base_url"
     value = data.get(key, _defaults(component).get(key))
     return str(value).rstrip("/") if value else None
+
+
+def _spec_setting(component: str, spec: Any, field_name: str, data: Mapping[str, Any]
+                  ) -> tuple[str | None, Any]:
+    """The setting a pin's ``version_setting`` / ``enabled_by`` names and its value for a
+    host (its data over the role's defaults); (None, None) when the pin names none."""
+    key = spec.get(field_name) if isinstance(spec, Mapping) else None
+    if not key:
+        return None, None
+    return str(key), data.get(str(key), _defaults(component).get(str(key)))
 
 
 def normalize_arch(value: Any) -> str:
@@ -200,7 +219,8 @@ def artifact_from_spec(
             f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(SPEC_KEYS))}"
         )
     if not version or not isinstance(version, str):
-        raise ArtifactError(f"{where}: {component}_version is not set; pin the version")
+        version_key = spec.get("version_setting") or f"{component}_version"
+        raise ArtifactError(f"{where}: {version_key} is not set; pin the version")
     url_spec = spec.get("url")
     if isinstance(url_spec, Mapping):
         if arch not in url_spec:
@@ -212,9 +232,10 @@ def artifact_from_spec(
             f"{where}.url: {url_spec!r} is not an http(s) URL pattern (or a mapping "
             "architecture -> pattern)"
         )
+    base_key = spec.get("base_url_setting") or f"{component}_release_base_url"
     if "{base_url}" in url_spec and not base_url:
         raise ArtifactError(
-            f"{where}.url: {url_spec!r} uses {{base_url}}, but {component}_release_base_url "
+            f"{where}.url: {url_spec!r} uses {{base_url}}, but {base_key} "
             "is not set; set it to the URL the vendor's releases are under"
         )
     values = {
@@ -227,8 +248,7 @@ def artifact_from_spec(
     url = _format(url_spec, values, f"{where}.url")
     if not url.startswith(("https://", "http://")):
         raise ArtifactError(
-            f"{where}.url: {url!r} is not an http(s) URL ({component}_release_base_url "
-            f"is {base_url!r})"
+            f"{where}.url: {url!r} is not an http(s) URL ({base_key} is {base_url!r})"
         )
     sums = spec.get("sha256")
     if not isinstance(sums, Mapping) or not all(isinstance(v, Mapping) for v in sums.values()):
@@ -286,14 +306,21 @@ def host_artifacts(
     if not isinstance(specs, Mapping):
         raise ArtifactError(f"{where}: {component}_artifacts: must map names to pins")
     arch = host_arch(cluster, host_name)
+    values = host.data if data is None else data
     out = {}
     for name, spec in specs.items():
         groups = _groups_of(spec)
         if groups is not None and not set(groups) & set(host.groups):
             continue
+        switch, enabled = _spec_setting(component, spec, "enabled_by", values)
+        if switch is not None and not enabled:
+            continue
+        own_key, own_version = _spec_setting(component, spec, "version_setting", values)
+        base_key = spec.get("base_url_setting") if isinstance(spec, Mapping) else None
         out[str(name)] = artifact_from_spec(
-            component, str(name), spec, version, arch, where=where, hosts=(host_name,),
-            base_url=release_base_url(component, host.data if data is None else data),
+            component, str(name), spec, own_version if own_key else version, arch,
+            where=where, hosts=(host_name,),
+            base_url=release_base_url(component, values, str(base_key) if base_key else None),
         )
     return out
 

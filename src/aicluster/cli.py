@@ -155,7 +155,11 @@ def artifacts_fetch(inventory: str, dest: str | None, progress: bool | None) -> 
               "(result.schema.json) to FILE; - for standard output instead of the table.")
 @click.option("--junit", metavar="FILE", help="Write the results as JUnit XML to FILE.")
 @click.option("--prometheus", metavar="FILE", help="Write a textfile for node_exporter's "
-              "textfile collector (aicluster_check_*) to FILE.")
+              "textfile collector (aicluster_check_*) to FILE, whole and mode 0644 (with "
+              "--local, on the node: /var/lib/prometheus/node-exporter/aicluster_check.prom).")
+@click.option("--publish", is_flag=True, help="Write that textfile as aicluster_check.prom "
+              "into the textfile directory of every monitoring host, over SSH, for the "
+              "alert pack (an error, before any probe, without a monitoring host).")
 @click.option("--baseline", metavar="FILE", help="Record the fleet's figures in FILE when "
               "it does not exist; otherwise warn about a node more than "
               "--baseline-tolerance below the recorded fleet median.")
@@ -169,18 +173,20 @@ def artifacts_fetch(inventory: str, dest: str | None, progress: bool | None) -> 
               help="Probes run at once.")
 def check(inventory: str, tier: str, limit: str, layers: tuple[str, ...],
           json_out: str | None, junit: str | None, prometheus: str | None,
-          baseline: str | None, baseline_tolerance: float, drain: bool,
+          publish: bool, baseline: str | None, baseline_tolerance: float, drain: bool,
           local: str | None, workers: int) -> None:
     """Prove the deployed cluster of INVENTORY is fit for AI work: every check as PASS,
     WARN, FAIL, TIMEOUT, SKIP (with the reason) or ERROR, its value beside its threshold.
 
     Exit status: 0 nothing failed, 1 a check failed or timed out, 2 bad input (nothing
-    run), 3 a check could not run. See docs/check.md.
+    run), 3 a check could not run (or --publish could not write a monitoring host's
+    file). See docs/check.md.
     """
     from pathlib import Path
 
     from aicluster.checks import baseline as baselines
     from aicluster.checks import drain as drains
+    from aicluster.checks import publish as publishing
     from aicluster.checks import report
     from aicluster.checks.context import Context, ThresholdError, check_thresholds
     from aicluster.checks.plan import LAYERS
@@ -196,7 +202,15 @@ def check(inventory: str, tier: str, limit: str, layers: tuple[str, ...],
             raise InventoryError(errors, inventory)
         nodes = tuple(n for n in (local or limit).split(",") if n)
         ctx = Context(cluster, tier, nodes)
-    except (InventoryError, ThresholdError) as exc:
+        if publish and local:
+            raise publishing.PublishError(
+                "--publish and --local: --publish writes the monitoring hosts' file over "
+                "SSH from the admin machine; on a node, write the textfile with "
+                "--prometheus FILE")
+        published = publishing.targets(cluster) if publish else {}
+        if prometheus:
+            publishing.check_local_path(prometheus)
+    except (InventoryError, ThresholdError, publishing.PublishError) as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
     transport = local_transport if local else transport_for(cluster)
@@ -221,15 +235,20 @@ def check(inventory: str, tier: str, limit: str, layers: tuple[str, ...],
             Path(json_out).write_text(report.to_json(results) + "\n")
     if junit:
         Path(junit).write_text(report.junit(results) + "\n")
-    if prometheus:
-        target = Path(prometheus)
-        part = target.with_name(f".{target.name}.part")
-        part.write_text(report.prometheus(results))
-        part.replace(target)  # node_exporter never reads a half-written file
+    code = exit_code(results)
+    if prometheus or published:
+        text = report.prometheus(results)
+        if prometheus:  # whole (renamed into place): node_exporter never reads half a file
+            publishing.write_local(prometheus, text)
+        problems = publishing.publish(published, text, transport) if published else []
+        for line in problems:
+            click.echo(line, err=True)
+        if problems and code == 0:
+            code = 3  # the checks passed, but their results did not reach Prometheus
     if drain:
         for line in drains.apply(ctx, results, transport):
             click.echo(line, err=json_out == "-")
-    sys.exit(exit_code(results))
+    sys.exit(code)
 
 
 def _add_testbed() -> None:

@@ -206,6 +206,12 @@ class ArtifactPin(BaseModel):
     sha256: dict[str, dict[Arch, Sha256]]
     groups: list[str] | None = None
     filename: Annotated[str, StringConstraints(pattern=r"^[^/\s]+$")] | None = None
+    #: The settings holding this file's version and base URL, where not the component's
+    #: ``<c>_version`` and ``<c>_release_base_url``; a boolean setting that must be true
+    #: on a host for it to need the file.
+    version_setting: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")] | None = None
+    base_url_setting: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")] | None = None
+    enabled_by: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")] | None = None
 
 
 #: A component's pinned release files, by name (``<c>_artifacts``).

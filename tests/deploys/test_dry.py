@@ -160,9 +160,9 @@ def test_ansibles_check_mode_generates_no_secret(tmp_path, monkeypatch, capsys):
     """The roles' filters read secrets on the deploying machine; given Ansible's check
     mode (``ansible_check_mode``) they generate none (the ``generate`` command tasks
     are skipped in check mode by Ansible itself)."""
+    from aicluster.common import minio_credentials as minio
     from aicluster.components.ceph import derive as ceph
     from aicluster.components.k3s import derive as k3s
-    from aicluster.components.minio import derive as minio
 
     monkeypatch.setattr(dryrun, "_SAID", set())
     monkeypatch.setattr(secrets, "_DRY_VALUES", {})

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from aicluster import PROJECT_ROOT, artifacts
+from aicluster.common import minio_credentials
 from aicluster.common.settings import template_vars
 from aicluster.components.minio import deploy as minio
 from aicluster.components.minio import derive as minio_derive
@@ -422,17 +423,17 @@ def minio_hosts_gone():
 
 def test_a_generated_secret_gives_a_derived_password_the_same_every_time(tmp_path):
     path = tmp_path / "secrets" / "minio.secret"
-    first = minio_derive.root_password({"file": str(path)}, "minio_root_password", 64)
+    first = minio_credentials.root_password({"file": str(path)}, "minio_root_password", 64)
     assert path.stat().st_mode & 0o777 == 0o600 and len(path.read_bytes()) == 64
-    assert first == minio_derive.root_password({"file": str(path)}, "minio_root_password", 64)
-    assert minio_derive.PASSWORD_RE.match(first) and len(first) == 40
+    assert first == minio_credentials.root_password({"file": str(path)}, "minio_root_password", 64)
+    assert minio_credentials.PASSWORD_RE.match(first) and len(first) == 40
 
 
 def test_a_text_secret_that_is_no_password_is_refused_without_showing_it(tmp_path):
     path = tmp_path / "pw"
     path.write_text("has spaces and $igns\n")
     with pytest.raises(minio.SecretError) as exc:
-        minio_derive.root_password({"file": str(path)}, "minio_root_password", 64)
+        minio_credentials.root_password({"file": str(path)}, "minio_root_password", 64)
     assert "secrets.minio_root_password: is text but not a MinIO root password" in str(exc.value)
     assert "spaces" not in str(exc.value)
 

@@ -728,7 +728,8 @@ def test_several_ollama_nodes_without_a_gateway_warn():
     groups = {g: m for g, m in GROUPS.items() if g != "ollama_gateway"}
     assert any("ollama runs on several nodes without an ollama_gateway" in w
                for w in _validate(groups=groups).warnings)
-    assert not _validate().warnings
+    # (this small cluster has no monitoring host, which monitoring warns of)
+    assert not [w for w in _validate().warnings if "groups: monitoring" not in w]
 
 
 def test_model_names_map_to_their_manifests():

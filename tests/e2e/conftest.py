@@ -303,6 +303,22 @@ class Lab:
 
 
 _LAB: Lab | None = None
+_SINK = None
+
+
+def alert_sink():
+    """The webhook Alertmanager sends the pyinfra lab's alerts to (tests/e2e/alert_sink.py):
+    started once, on the host's management address, for the whole session."""
+    global _SINK
+    from aicluster.testbed.state import HOST_ADDRESS
+    from tests.e2e.alert_sink import AlertSink
+
+    if _SINK is None:
+        log = Path("/tmp/aicluster-e2e-alerts") / "alerts.jsonl"
+        log.parent.mkdir(exist_ok=True)
+        (log.parent / (log.name + ".ready")).unlink(missing_ok=True)
+        _SINK = AlertSink(HOST_ADDRESS, log).start()
+    return _SINK
 #: Whether a testbed was left up for later modules (a lab, or :func:`cli_testbed_up`'s):
 #: the session's end takes it down if nothing else did.
 _KEPT = False
@@ -312,7 +328,7 @@ def _build_lab(tmp: Path, engine: str) -> Lab:
     global _KEPT
     from aicluster import testbed as tb
     from aicluster.testbed.state import state_dir
-    from tests.e2e.standins import k3s, minio, ollama
+    from tests.e2e.standins import dcgm, k3s, minio, ollama
 
     bed, _made = testbed_up(LAB_DISKS)
     _KEPT = True
@@ -322,9 +338,16 @@ def _build_lab(tmp: Path, engine: str) -> Lab:
             overrides["ray_version"] = RAY_PREVIOUS
             print(f"lab: Ray {RAY_PREVIOUS} first, the release before the pinned one "
                   "(tests/e2e/test_lab_ray_upgrade.py bumps it)")
+            overrides.update(alert_sink().overrides())
+            print(f"lab: Alertmanager sends every alert to the test's webhook {alert_sink().url}")
         for standin in (k3s, ollama, minio):
             overrides.update(standin.build(tmp / "artifacts"))
             print(standin.banner())
+        # The stand-in GPUs get dcgm-exporter's STAND-IN (its package from a repository
+        # put on each node, serving captured DCGM metrics), so the GPU alerts can fire.
+        dcgm.install_repo(bed, dcgm.build(tmp / "dcgm"))
+        overrides["monitoring_dcgm_exporter"] = True
+        print(dcgm.banner())
         (state_dir() / "overrides.json").write_text(json.dumps(overrides))
         for node in bed.nodes:
             bed.ssh(node["name"], "test -c /dev/fuse")
@@ -371,6 +394,8 @@ def _kept_testbed_down_at_the_end():
     _RAN_E2E = True
     shutil.rmtree(ANSIBLE_TIMINGS, ignore_errors=True)
     yield
+    if _SINK is not None:
+        _SINK.stop()
     if _KEPT:
         from aicluster import testbed as tb
 

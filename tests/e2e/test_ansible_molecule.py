@@ -39,6 +39,11 @@ than once per role. The syntax is ansible-lint's (tests/unit/test_lint.py).
   with an empty STAND-IN drive (a loop device) made XFS; verify checks the units, the
   listen addresses, an object put through node1 read through both, a wrong password
   refused, anonymous reads as the bucket policies say.
+- monitoring: the node exporter and its textfile collectors on both nodes, the STAND-IN
+  dcgm-exporter (tests/e2e/standins/dcgm.py: its package from a repository put on each
+  node) on both, Prometheus, Alertmanager and the blackbox exporter on node1; verify
+  checks the exporters listen on each node's cluster address only and that the
+  deployed configuration passes promtool and amtool.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from tests.e2e.conftest import BIN, ROOT, Lab, run
 
 #: The roles in deploy order (site.yml's); tests/e2e/test_ansible_site.py reads it.
 ROLES = ["base", "network", "infiniband", "nvidia", "nvme_cache", "nfs", "ceph", "slurm",
-         "ray", "ollama", "k3s", "minio"]
+         "ray", "ollama", "k3s", "minio", "monitoring"]
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -46,7 +46,7 @@ import urllib.request
 
 import pytest
 
-from aicluster.components.minio.derive import root_password
+from aicluster.common.minio_credentials import root_password
 from tests.e2e.conftest import Deploy, Lab
 from tests.e2e.standins import minio as standin
 from tests.e2e.standins import real_artifacts_dir

@@ -217,6 +217,20 @@ def test_the_metrics_endpoints_of_ray_minio_and_ceph(lab):
         ("storage1", ["10.30.0.40:9283"])]
 
 
+def test_the_ceph_managers_are_scraped_where_the_ceph_component_binds_them():
+    """ceph's own settings (the first monitor's, as ceph reads them): the port its
+    managers' prometheus module listens on, and none when the module is left alone."""
+    def ceph(**data):
+        def edit(hosts):
+            for name in ("head", "gpu1", "storage1"):
+                _set(hosts, name, **data)
+        return _lab(edit)
+
+    assert [g["targets"] for g in _groups(ceph(ceph_mgr_prometheus_port=9383), "ceph")] == [
+        ["10.30.0.10:9383"], ["10.30.0.21:9383"], ["10.30.0.40:9383"]]
+    assert "ceph" not in derive.targets_by_job(ceph(ceph_mgr_prometheus=False))
+
+
 def test_minio_metrics_without_a_token_when_minio_makes_them_public():
     cluster = _lab(lambda h: _set(h, "storage1",
                                   minio_config={"MINIO_PROMETHEUS_AUTH_TYPE": "public"}))
@@ -327,7 +341,7 @@ COVERAGE: dict[str, Callable[[Cluster], bool]] = {
     "base": lambda c: "node" in derive.targets_by_job(c),
     "network": lambda c: any(g["probe"] == "icmp_df"
                              for g in _groups(c, "blackbox_icmp")),
-    "infiniband": lambda c: "infiniband" in derive.node_exporter_args(c, "gpu1")[2]
+    "infiniband": lambda c: "--collector.infiniband" in derive.node_exporter_args(c, "gpu1")
     and "aicluster_inventory_ib_port_rate_bytes_per_second"
     in derive.inventory_gauges(c, "gpu1"),
     "nvidia": lambda c: "dcgm" in derive.targets_by_job(c)
@@ -470,9 +484,56 @@ def test_receiver_secrets_are_files_never_values():
     mail = receivers["mail"]["email_configs"][0]
     assert (mail["auth_username"], mail["auth_password_file"], mail["require_tls"]) == (
         "alerts", "/etc/prometheus/secrets/smtp_password", True)
-    assert [(s["path"], s["ref"]) for s in derive.secret_files(cluster)] == [
+    assert [(s["path"], s["ref"]) for s in derive.secret_files(cluster)
+            if s["kind"] == "secret"] == [
         ("/etc/prometheus/secrets/chat_webhook", {"env": "LAB_CHAT_WEBHOOK"}),
         ("/etc/prometheus/secrets/smtp_password", {"file": "/etc/aicluster/secrets/smtp"})]
+
+
+def test_minios_metrics_token_is_minted_from_the_secret_minio_reads(lab):
+    """The file Prometheus' job "minio" reads its bearer token from is one of the
+    monitoring host's secret files, made from MinIO's root user and the very secret the
+    minio component reads its root password from (the same reference)."""
+    from aicluster.components.minio import derive as minio_derive
+
+    (token,) = [s for s in derive.secret_files(lab) if s["kind"] == "minio_token"]
+    storage1 = lab.hosts["storage1"].data
+    assert token == {
+        "path": derive.MINIO_TOKEN, "kind": "minio_token", "secret": "minio_root_password",
+        "ref": minio_derive.secret_ref(lab, storage1), "bytes": 64,
+        "user": "aicluster-admin"}
+    assert token["path"] == _job(lab, "minio")["bearer_file"]
+
+
+def test_both_engines_mint_the_same_minio_token(lab, monkeypatch):
+    """The pyinfra deploy writes derive.secret_text(entry); the role writes its filter's
+    aicluster_monitoring_minio_token(entry): the same token, the one mc would make."""
+    import runpy
+
+    from aicluster import ROLES_DIR
+    from aicluster.common.minio_credentials import prometheus_token
+
+    monkeypatch.setenv("AICLUSTER_MINIO_ROOT_PASSWORD", "test-fixture-root-pw")
+    (entry,) = [s for s in derive.secret_files(lab) if s["kind"] == "minio_token"]
+    assert entry["ref"] == {"env": "AICLUSTER_MINIO_ROOT_PASSWORD"}
+    plugin = runpy.run_path(
+        str(ROLES_DIR / "monitoring" / "filter_plugins" / "aicluster_monitoring.py"))
+    mint = plugin["FilterModule"]().filters()["aicluster_monitoring_minio_token"]
+    expected = prometheus_token("aicluster-admin", "test-fixture-root-pw")
+    assert derive.secret_text(entry) == mint(entry) == mint(entry, True) == expected
+
+
+def test_no_minio_token_where_minio_metrics_are_public_or_there_is_no_minio():
+    public = _lab(lambda h: _set(h, "storage1",
+                                 minio_config={"MINIO_PROMETHEUS_AUTH_TYPE": "public"}))
+    assert [s for s in derive.secret_files(public) if s["kind"] == "minio_token"] == []
+
+    def no_minio(hosts: Hosts) -> None:
+        groups, data = hosts["storage1"]
+        hosts["storage1"] = (tuple(g for g in groups if g != "minio"),
+                             {k: v for k, v in data.items() if not k.startswith("minio_")})
+
+    assert derive.minio_token_file(_lab(no_minio)) is None
 
 
 def test_a_node_down_mutes_its_other_alerts(lab):
@@ -520,6 +581,9 @@ def test_the_node_exporter_collectors_and_textfile_directory(lab):
     assert derive.node_exporter_args(lab, "gpu1") == [
         "--web.listen-address=10.10.0.21:9100",
         "--collector.textfile.directory=/var/lib/prometheus/node-exporter",
+        # Debian's package leaves out /mnt, where the declared mounts are.
+        "--collector.filesystem.mount-points-exclude="
+        "^/(dev|proc|run|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)",
         "--collector.infiniband", "--collector.mountstats", "--collector.hwmon",
         "--collector.netdev"]
 

@@ -12,13 +12,22 @@ multi-drive deployment needs) started from the built release file, as systemd st
   payload; anonymous users get what the bucket's policy grants, nothing else;
 - the stand-in mc answers what the role runs, in the JSON the fact parses
   (aicluster.components.minio.facts), with "private" for no policy as the real mc says;
-- writes are refused while a server is down, /minio/health/cluster says 503.
+- writes are refused while a server is down, /minio/health/cluster says 503;
+- /minio/v2/metrics/cluster takes the bearer token aicluster mints
+  (aicluster.common.minio_credentials, checked by the stand-in's own code) and refuses
+  any other (403); its drive and node gauges follow the servers that answer (promtool
+  check metrics reads them where promtool is installed).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import hmac
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +39,8 @@ from pathlib import Path
 
 import pytest
 
+from aicluster import PROJECT_ROOT
+from aicluster.common.minio_credentials import prometheus_token
 from aicluster.components.minio.probe import parse as state_parse
 from tests.e2e.standins import minio as standin
 
@@ -253,8 +264,88 @@ def test_mc_answers_what_the_role_runs_in_what_the_fact_parses(built, cluster, t
     assert unsupported.returncode == 1 and "STAND-IN: unsupported command" in unsupported.stderr
 
 
+def _metrics(port: int, token: str | None) -> tuple[int, str]:
+    """GET MinIO's cluster metrics from the server on ``port`` (with ``token`` as the
+    bearer token): the status and the body."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/minio/v2/metrics/cluster")
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _gauges(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            out[name_labels.split("{", 1)[0]] = float(value)
+    return out
+
+
+def _other_issuer_token() -> str:
+    """A token right in every way but its issuer (MinIO takes only "prometheus")."""
+    def part(value: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    signing = f"{part({'alg': 'HS512', 'typ': 'JWT'})}." + part(
+        {"exp": 4102444800, "iss": "console", "sub": USER})
+    mac = hmac.new(PASSWORD.encode(), signing.encode(), hashlib.sha512).digest()
+    return f"{signing}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
+
+
+def test_cluster_metrics_take_the_token_aicluster_mints_and_no_other(cluster):
+    """The stand-in checks the token with its own code (verify_metrics_token), apart
+    from aicluster's minting: the minted token passing it proves the two agree."""
+    port = cluster["ports"][0]
+    status, text = _metrics(port, prometheus_token(USER, PASSWORD))
+    assert status == 200, text
+    gauges = _gauges(text)
+    capacity = {k: gauges.pop(k) for k in ("minio_cluster_capacity_usable_total_bytes",
+                                           "minio_cluster_capacity_usable_free_bytes")}
+    assert gauges == {
+        "minio_cluster_drive_offline_total": 0, "minio_cluster_drive_online_total": 2,
+        "minio_cluster_drive_total": 2, "minio_cluster_nodes_offline_total": 0,
+        "minio_cluster_nodes_online_total": 2}
+    assert 0 < capacity["minio_cluster_capacity_usable_free_bytes"] \
+        <= capacity["minio_cluster_capacity_usable_total_bytes"], capacity
+    assert f'server="127.0.0.1:{port}"' in text
+    promtool = shutil.which("promtool") or str(
+        PROJECT_ROOT / ".venv" / "opt" / "prometheus" / "usr" / "bin" / "promtool")
+    if Path(promtool).exists():
+        lint = subprocess.run([promtool, "check", "metrics"], input=text, text=True,
+                              capture_output=True, timeout=30)
+        # Parsed (1 would be a format error); the one lint promtool raises is MinIO's own
+        # naming: these gauges end in _total (MinIO declares them gauges).
+        lines = (lint.stdout + lint.stderr).splitlines()
+        assert lint.returncode in (0, 3), lines
+        assert all('non-counter metrics should not have "_total" suffix' in line
+                   for line in lines if line.strip()), lines
+    good = prometheus_token(USER, PASSWORD)
+    header, claims, sig = good.split(".")
+    other_claims = base64.urlsafe_b64encode(json.dumps(
+        {"exp": 4102444801, "iss": "prometheus", "sub": USER}).encode()
+    ).decode().rstrip("=")
+    refused = {
+        "no token": None,
+        "the wrong password": prometheus_token(USER, "not-the-password"),
+        "another user": prometheus_token("someone-else", PASSWORD),
+        "expired": prometheus_token(USER, PASSWORD, expires=int(time.time()) - 60),
+        "claims changed after signing": f"{header}.{other_claims}.{sig}",
+        "another issuer": _other_issuer_token(),
+        "not a JWT": "not-a-jwt",
+    }
+    for why, token in refused.items():
+        status, body = _metrics(port, token)
+        assert status == 403, why
+        assert "AccessDenied" in body, why
+
+
 def test_writes_wait_for_every_server_and_sigterm_stops_cleanly(cluster):
-    """Last: stops the second server."""
+    """Last: stops the second server (the cluster metrics then say so)."""
     a_port, b_port = cluster["ports"]
     b = cluster["procs"][1]
     b.send_signal(signal.SIGTERM)
@@ -268,6 +359,13 @@ def test_writes_wait_for_every_server_and_sigterm_stops_cleanly(cluster):
     with pytest.raises(_client_error()) as refused:
         _s3(a_port).put_object(Bucket="models", Key="late", Body=b"x")
     assert refused.value.response["Error"]["Code"] == "SlowDownWrite"
+    status, text = _metrics(a_port, prometheus_token(USER, PASSWORD))
+    assert status == 200
+    gauges = _gauges(text)
+    assert (gauges["minio_cluster_nodes_offline_total"],
+            gauges["minio_cluster_nodes_online_total"]) == (1, 1)
+    assert (gauges["minio_cluster_drive_offline_total"],
+            gauges["minio_cluster_drive_online_total"]) == (1, 1)
     started = time.monotonic()
     a = cluster["procs"][0]
     a.send_signal(signal.SIGTERM)

@@ -198,6 +198,11 @@ ONLY_WHEN: dict[tuple[str, str], str] = {
     for t in ("prometheus.yml.j2", "alertmanager.yml.j2", "blackbox.yml.j2", "prometheus.j2",
               "prometheus-alertmanager.j2", "prometheus-blackbox-exporter.j2")
 }
+ONLY_WHEN.update({
+    ("monitoring", t): "monitoring_grafana_enabled"
+    for t in ("grafana.ini.j2", "grafana-datasources.yaml.j2", "grafana-dashboards.yaml.j2",
+              "aicluster-grafana.service.j2")
+})
 
 
 @dataclass(frozen=True)

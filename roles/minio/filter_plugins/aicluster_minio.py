@@ -1,17 +1,18 @@
 """Filters the minio role uses: the very Python the pyinfra deploy runs
-(aicluster.components.minio.derive, aicluster.components.minio.probe, aicluster.common.disks),
+(aicluster.components.minio.derive, aicluster.components.minio.probe, aicluster.common.disks,
+aicluster.common.minio_credentials),
 so both engines decide alike what may be done with a drive, when every server restarts, which
 buckets need mc, and derive the same root password. Filters run on the deploying machine: the
 root secret is read there (the tasks that touch it have no_log)."""
 
 from __future__ import annotations
 
+from aicluster.common.minio_credentials import root_password
 from aicluster.components.minio.derive import (
     bucket_commands,
     node_current,
     old_releases,
     plan_from_output,
-    root_password,
 )
 from aicluster.components.minio.probe import parse
 

@@ -52,7 +52,8 @@ class TimedOut(Exception):
 
 
 #: Runs a shell command on a node within a limit (seconds): returns what it printed,
-#: or raises :class:`TimedOut`.
+#: or raises :class:`TimedOut`. The transports here also take ``stdin=TEXT``, the text
+#: fed to the command (what `aicluster check --publish` writes on a node).
 Transport = Callable[[str, str, float], Completed]
 
 
@@ -88,14 +89,17 @@ def bounded(command: str, limit: float) -> str:
             f"sh -c {shlex.quote(command)}")
 
 
-def _run(argv: Sequence[str], limit: float) -> Completed:
-    """Run argv in a process group of its own; past ``limit`` seconds the whole group
-    is killed and :class:`TimedOut` raised."""
+def _run(argv: Sequence[str], limit: float, stdin: str | None = None) -> Completed:
+    """Run argv in a process group of its own (``stdin``: the text fed to it; none: no
+    input); past ``limit`` seconds the whole group is killed and :class:`TimedOut`
+    raised."""
     start = time.monotonic()
-    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(list(argv),
+                            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=limit)
+        out, err = proc.communicate(input=stdin, timeout=limit)
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -106,10 +110,11 @@ def _run(argv: Sequence[str], limit: float) -> Completed:
     return Completed(proc.returncode, out, err, time.monotonic() - start)
 
 
-def local_transport(node: str, command: str, limit: float) -> Completed:
+def local_transport(node: str, command: str, limit: float,
+                    stdin: str | None = None) -> Completed:
     """Runs the command on this machine (the node's name unused): the transport of the
     runner's own tests and of checks of the deploying machine."""
-    completed = _run(["sh", "-c", bounded(command, limit)], limit + GRACE)
+    completed = _run(["sh", "-c", bounded(command, limit)], limit + GRACE, stdin)
     if completed.rc in (124, 137):
         raise TimedOut(f"ran past {limit:g} s")
     return completed
@@ -119,8 +124,9 @@ def ssh_transport(argv_for: Callable[[str], list[str]]) -> Transport:
     """A transport running the command on the node with the OpenSSH client
     (``argv_for(node)``: the client's command line up to the remote command)."""
 
-    def transport(node: str, command: str, limit: float) -> Completed:
-        completed = _run([*argv_for(node), bounded(command, limit)], limit + GRACE)
+    def transport(node: str, command: str, limit: float,
+                  stdin: str | None = None) -> Completed:
+        completed = _run([*argv_for(node), bounded(command, limit)], limit + GRACE, stdin)
         if completed.rc in (124, 137):
             raise TimedOut(f"ran past {limit:g} s")
         return completed

@@ -20,6 +20,7 @@ from pyinfra.api import FactBase
 from aicluster.common import drift, epel
 from aicluster.common.absence import RECORD, parse_record, parse_record_mounts
 from aicluster.common.disks import command_text, parse
+from aicluster.common.stamps import applied_command
 
 
 class YesNoFact(FactBase):
@@ -153,6 +154,41 @@ class GlobPaths(FactBase):
 
     def process(self, output):
         return sorted(line for line in (x.strip() for x in output) if line)
+
+
+class FilesApplied(FactBase):
+    """Whether the files' contents (read in the order given, as one stream) hash to the
+    sha256 recorded in ``stamp``, written when a daemon last took them up (restarted or
+    reloaded after its check passed). False when the stamp or a file is missing: a
+    file written by a run that stopped before its daemon took it up stays "not
+    applied" until a run does (the ``did_change`` of a later run cannot say so)."""
+
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
+    shares_shell = True
+
+    def command(self, paths: list[str], stamp: str) -> str:
+        return applied_command(paths, stamp)
+
+    def process(self, output):
+        return "".join(output).strip() == "yes"
+
+    default = bool
+
+
+
+class FileCapabilities(FactBase):
+    """A file's capabilities as ``getcap`` prints them (``cap_net_raw=ep``; ``=`` for an
+    empty set), or None when it has none (or getcap is missing)."""
+
+    #: Its command may run in the one-command read's own shell (accel.memo.shares_shell).
+    shares_shell = True
+
+    def command(self, path: str) -> str:
+        return f"getcap {shlex.quote(path)} 2>/dev/null || true"
+
+    def process(self, output):
+        text = " ".join(output).strip()
+        return text.split(" ", 1)[1].strip() if " " in text else None
 
 
 class UserAccount(FactBase):

@@ -32,6 +32,26 @@ anything else with "STAND-IN: unsupported ...":
   refused (503) while a server does not answer, as MinIO without write quorum;
 - ``/minio/health/live`` (the process is up), ``/minio/health/cluster`` (every
   server answers);
+- ``/minio/v2/metrics/cluster``, what Prometheus scrapes: the request needs
+  ``Authorization: Bearer <JWT>`` as ``mc admin prometheus generate`` makes it, checked
+  here in this file's own code (verify_metrics_token): HMAC (HS256/384/512 by the
+  header's ``alg``; ours is HS512) with MINIO_ROOT_PASSWORD over ``header.claims``, the
+  access key (claim ``accessKey``, else ``sub``) MINIO_ROOT_USER (the stand-in has no
+  other users), ``iss`` "prometheus", ``exp`` in the future (required here; MinIO's
+  parser leaves it optional); anything else is refused 403 (AccessDenied), as MinIO's
+  metrics AuthMiddleware refuses it (minio/minio cmd/metrics.go, cmd/jwt.go,
+  internal/jwt/parser.go). With MINIO_PROMETHEUS_AUTH_TYPE=public no token is needed.
+  It serves, in Prometheus' text format, gauges with MinIO's v2 names (minio/minio
+  docs/metrics/prometheus/list.md, "Cluster Drive Metrics" and "Cluster Health
+  Metrics"), label ``server`` (its own API address): ``minio_cluster_drive_online_total``,
+  ``minio_cluster_drive_offline_total``, ``minio_cluster_drive_total``,
+  ``minio_cluster_capacity_usable_{total,free}_bytes`` (the smallest local drive's),
+  ``minio_cluster_nodes_online_total`` and ``minio_cluster_nodes_offline_total``. The
+  values come from the stand-in's own state, never from a real MinIO: its own drives
+  that are directories, and the drives of every server that answers its health check,
+  are online; the other drives (a server that does not answer: all of its drives) are
+  offline; a server that does not answer is a node offline, itself and the others
+  online;
 - tells systemd it is ready (``READY=1``) once every other server answers, as MinIO
   reports ready only once its peers are up; exits 0 on SIGTERM.
 
@@ -44,6 +64,7 @@ credentials from ``MC_HOST_<alias>``, as mc reads them. It signs its requests it
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime
 import email.utils
 import fnmatch
@@ -86,6 +107,11 @@ AUTH_RE = re.compile(
     r"\s*Signature=([0-9a-f]{64})\s*$"
 )
 ELLIPSES_RE = re.compile(r"\{([^{}]*)\.\.\.([^{}]*)\}")
+#: MinIO's cluster metrics (v2), what Prometheus scrapes.
+METRICS_PATH = "/minio/v2/metrics/cluster"
+#: The HMAC signing methods MinIO's JWT parser accepts (internal/jwt/parser.go).
+JWT_HASHES = {"HS256": hashlib.sha256, "HS384": hashlib.sha384, "HS512": hashlib.sha512}
+B64URL_RE = re.compile(r"^[A-Za-z0-9_-]*$")
 
 
 class Unsupported(Exception):
@@ -180,6 +206,53 @@ def not_implemented(what: str) -> S3Error:
 
 def log(text: str) -> None:
     print(f"{STANDIN} minio: {text}", flush=True)
+
+
+def _b64url(part: str) -> bytes:
+    """base64url without padding, strictly (as Go's RawURLEncoding reads it)."""
+    if not B64URL_RE.match(part) or len(part) % 4 == 1:
+        raise ValueError("not unpadded base64url")
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def verify_metrics_token(token: str, user: str, password: str, now_ts: float) -> str:
+    """Why MinIO's metrics endpoint refuses this bearer token ("" when it takes it): a
+    JWT (compact serialization: header.claims.signature, each unpadded base64url) whose
+    HMAC, by the header's ``alg``, with the root password over ``header.claims`` is the
+    signature; the access key (``accessKey``, else ``sub``) the root user; ``iss``
+    "prometheus"; ``exp`` in the future. Written here, apart from aicluster's own
+    minting (aicluster.common.minio_credentials), so that a test of the two proves
+    they agree."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return "not a JWT (header.claims.signature)"
+    try:
+        header = json.loads(_b64url(parts[0]))
+        claims = json.loads(_b64url(parts[1]))
+        sig = _b64url(parts[2])
+    except (ValueError, binascii.Error):
+        return "a malformed JWT"
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        return "a malformed JWT"
+    hasher = JWT_HASHES.get(header.get("alg"))
+    if hasher is None:
+        return f"signing method {header.get('alg')!r} is unavailable"
+    access = claims.get("accessKey", claims.get("sub"))
+    if not isinstance(access, str):
+        return "accessKey/sub missing"
+    if access != user:
+        return "the access key is not the root user (the stand-in has no other user)"
+    expected = hmac.new(password.encode(), f"{parts[0]}.{parts[1]}".encode(), hasher).digest()
+    if not hmac.compare_digest(sig, expected):
+        return "signature is invalid"
+    exp = claims.get("exp")
+    if isinstance(exp, bool) or not isinstance(exp, (int, float)):
+        return "exp missing (the stand-in requires it)"
+    if exp <= now_ts:
+        return "token is expired"
+    if claims.get("iss") != "prometheus":
+        return "issuer is not prometheus"
+    return ""
 
 
 def expand(arg: str) -> list[str]:
@@ -365,6 +438,9 @@ class Server:
             raise Unsupported("a console without --console-address (MinIO picks a random port)")
         self.console = split_address(console, "--console-address")
         self.peers: list[str] = []
+        self.peer_drives = {}
+        #: MINIO_PROMETHEUS_AUTH_TYPE=public: the metrics need no token.
+        self.metrics_public = os.environ.get("MINIO_PROMETHEUS_AUTH_TYPE", "").lower() == "public"
         drives = self._endpoints(volumes)
         for d in drives:
             self._check_drive(d, multi=self.total > 1)
@@ -385,6 +461,7 @@ class Server:
         if not urls:
             return [Path(e) for e in expanded]
         local, peers = [], []
+        self.peer_drives: dict[str, int] = {}
         for e in urls:
             u = urllib.parse.urlsplit(e)
             if u.scheme != "http":
@@ -396,8 +473,11 @@ class Server:
                 else is_this_machine(u.hostname))
             if here:
                 local.append(Path(u.path))
-            elif f"{u.hostname}:{u.port}" not in peers:
-                peers.append(f"{u.hostname}:{u.port}")
+                continue
+            peer = f"{u.hostname}:{u.port}"
+            self.peer_drives[peer] = self.peer_drives.get(peer, 0) + 1
+            if peer not in peers:
+                peers.append(peer)
         if not local:
             raise SystemExit(f"{STANDIN} minio: no endpoint of {volumes} is this host "
                              f"(listening on port {self.api[1]})")
@@ -561,7 +641,7 @@ class Server:
                  body: bytes) -> tuple[int, dict[str, str], bytes]:
         path = urllib.parse.unquote(raw_path)
         if path == "/minio" or path.startswith("/minio/"):
-            return self.minio_api(method, path)
+            return self.minio_api(method, path, headers)
         principal = self.authenticate(method, raw_path, raw_query, headers, body)
         internode = headers.get(INTERNODE) == "1"
         if internode and principal != "root":
@@ -586,7 +666,8 @@ class Server:
                                        write)
         return self.bucket_request(principal, method, bucket, query, headers, body, write)
 
-    def minio_api(self, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    def minio_api(self, method: str, path: str,
+                  headers=None) -> tuple[int, dict[str, str], bytes]:
         if method not in ("GET", "HEAD"):
             raise not_implemented(f"MinIO API {method} {path}")
         if path in ("/minio/health/live", "/minio/health/ready"):
@@ -596,7 +677,56 @@ class Server:
             if down or not self.initialized.is_set():
                 return 503, {}, b""
             return 200, {}, b""
+        if path == METRICS_PATH:
+            return self.cluster_metrics(headers)
         raise not_implemented(f"MinIO API {path} (no admin API in the stand-in)")
+
+    # -- MinIO's cluster metrics ---------------------------------------------------
+
+    def cluster_metrics(self, headers) -> tuple[int, dict[str, str], bytes]:
+        """METRICS_PATH: the bearer token checked (unless the metrics are public), then
+        the drive and node gauges from this server's own state (the module's text)."""
+        if not self.metrics_public:
+            auth = (headers.get("Authorization") if headers is not None else None) or ""
+            token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            why = verify_metrics_token(token, self.user, self.password, time.time()) \
+                if token else "no bearer token (JWT token missing)"
+            if why:
+                log(f"{METRICS_PATH}: refused: {why}")
+                body = json.dumps({"Code": "AccessDenied", "Message": (
+                    f"Access Denied. ({STANDIN}: {why})"), "Resource": METRICS_PATH})
+                return 403, {"Content-Type": "application/json"}, body.encode()
+        answering = {p: self.peer_live(p) for p in self.peers}
+        local_online = sum(1 for d in self.store.drives if d.is_dir())
+        online = local_online + sum(self.peer_drives.get(p, 0) for p, up in answering.items()
+                                    if up)
+        nodes_up = 1 + sum(1 for up in answering.values() if up)
+        # Every object is on every drive here: the usable space is the smallest drive's.
+        stats = [os.statvfs(d) for d in self.store.drives if d.is_dir()]
+        usable = min((st.f_blocks * st.f_frsize for st in stats), default=0)
+        usable_free = min((st.f_bavail * st.f_frsize for st in stats), default=0)
+        gauges = [
+            ("minio_cluster_drive_offline_total", "Total drives offline in this cluster.",
+             self.total - online),
+            ("minio_cluster_drive_online_total", "Total drives online in this cluster.",
+             online),
+            ("minio_cluster_drive_total", "Total drives in this cluster.", self.total),
+            ("minio_cluster_nodes_offline_total", "Total number of MinIO nodes offline.",
+             1 + len(self.peers) - nodes_up),
+            ("minio_cluster_nodes_online_total", "Total number of MinIO nodes online.",
+             nodes_up),
+            ("minio_cluster_capacity_usable_total_bytes",
+             "Total usable capacity online in the cluster.", usable),
+            ("minio_cluster_capacity_usable_free_bytes",
+             "Total free usable capacity online in the cluster.", usable_free),
+        ]
+        server = fmt(self.api)
+        lines = []
+        for name, text, value in gauges:
+            lines += [f"# HELP {name} {text} ({STANDIN})", f"# TYPE {name} gauge",
+                      f'{name}{{server="{server}"}} {value}']
+        return 200, {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}, \
+            ("\n".join(lines) + "\n").encode()
 
     def mutate(self, write: tuple, apply):
         """Apply a write here and on every other server (refused while one is down)."""

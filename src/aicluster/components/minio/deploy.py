@@ -47,6 +47,7 @@ from pyinfra.operations.util import any_changed
 
 from aicluster import artifacts
 from aicluster.common.facts import BlockDevices
+from aicluster.common.minio_credentials import root_password
 from aicluster.common.mounts import FSTAB, fstab_regexp
 from aicluster.common.ops import (
     install_packages,
@@ -69,7 +70,6 @@ from aicluster.components.minio.derive import (
     node_current,
     old_releases,
     plan,
-    root_password,
 )
 from aicluster.components.minio.facts import MinioState
 from aicluster.components.minio.probe import MC

@@ -4,9 +4,6 @@ its decisions: engine-free (no pyinfra), used by the pyinfra deploy and the Ansi
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import re
 import shlex
 import uuid
@@ -19,6 +16,7 @@ from aicluster import artifacts
 from aicluster.common.disks import cache_devices, check_devices, osd_devices
 from aicluster.common.disks import command_text as block_command_text
 from aicluster.common.disks import parse as block_parse
+from aicluster.common.minio_credentials import root_keys_ref
 from aicluster.common.mounts import fstab_python_regexp, mount_command
 from aicluster.common.networks import (
     host_address,
@@ -31,14 +29,11 @@ from aicluster.components.minio.probe import ALIAS, MC
 from aicluster.components.minio.probe import command_text as state_command_text
 from aicluster.components.minio.probe import parse as state_parse
 from aicluster.inventory import Cluster, majority_first
-from aicluster.secrets import SecretError, read_secret
-from aicluster.secrets import secret_ref as _secret_ref
 
 ENV_FILE = "/etc/default/minio"
 UNIT = "/etc/systemd/system/minio.service"
 SYSTEM_DIRS = ("/", "/boot", "/etc", "/home", "/usr", "/var", "/tmp", "/root", "/opt",
                "/mnt", "/srv", "/var/lib", "/dev", "/proc", "/sys", "/run")
-PASSWORD_RE = re.compile(r"^[A-Za-z0-9._~-]{8,40}$")
 #: Settings every MinIO host must share (the servers form one cluster).
 SHARED = ("minio_version", "minio_network", "minio_port", "minio_console_port",
           "minio_root_user", "minio_root_keys_name", "minio_root_keys_bytes",
@@ -47,7 +42,6 @@ SHARED = ("minio_version", "minio_network", "minio_port", "minio_console_port",
 SET_SIZES = tuple(range(2, 17))
 #: A namespace for the UUIDs of the drives' file systems (fixed before they exist).
 UUID_NAMESPACE = uuid.UUID("0e6f7d4c-3b7a-4f5e-9a51-8d1c2f6b4a93")
-PASSWORD_CONTEXT = b"aicluster-minio/root-password"
 NUMBERED_RE = re.compile(r"^(?P<pre>.*?)(?P<num>[0-9]+)(?P<suf>[^0-9]*)$")
 
 
@@ -263,8 +257,7 @@ def fs_uuid(cluster: Cluster, host_name: str, device: str) -> str:
 def secret_ref(cluster: Cluster, data: Mapping[str, Any]) -> dict[str, str]:
     """Where the root password's secret is: the inventory's secret, else a file on the
     deploying machine, ``~/.local/share/aicluster/<cluster_name>/minio.secret``."""
-    return _secret_ref(cluster, cluster_data(cluster, data)["minio_root_keys_name"],
-                       "minio.secret")
+    return root_keys_ref(cluster, cluster_data(cluster, data)["minio_root_keys_name"])
 
 
 def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -371,32 +364,10 @@ def wait_command(url: str, cacert: str, timeout: int) -> str:
 
 
 # ---------------------------------------------------------------------------
-# The root password (deploying machine only; never printed)
+# The root password (deploying machine only; never printed): root_password, from
+# aicluster.common.minio_credentials (the monitoring component mints MinIO's metrics
+# token from it too)
 # ---------------------------------------------------------------------------
-
-
-def root_password(ref: Mapping[str, Any], name: str, size: int, dry: bool = False) -> str:
-    """The root password from the secret: the secret itself when it is text (one line)
-    of 8-40 letters, digits and ``. _ ~ -``; derived from it when it is random bytes
-    (a generated file; not generated in a *dry* run). Raises SecretError naming the
-    secret, never its value."""
-    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size), dry=dry)
-    try:
-        text = secret.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None:
-        line = text.rstrip("\r\n")
-        if line.isprintable():
-            if PASSWORD_RE.match(line):
-                return line
-            raise SecretError(
-                f"secrets.{name}: is text but not a MinIO root password (8-40 letters, "
-                "digits, '.', '_', '~', '-'); give such a password, or a file of random "
-                "bytes to derive one from"
-            )
-    raw = hmac.new(secret, PASSWORD_CONTEXT, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")[:40]
 
 
 class SecretText(StringIO):

@@ -13,24 +13,41 @@ node's monitoring_network address only, the textfile directory, the collectors t
 settings name), the inventory's textfile (aicluster_inventory.prom); the Slurm
 controllers the Slurm textfile collector (a script and a timer writing
 aicluster_slurm.prom every minute, atomically); a node with ``monitoring_ipmi`` the IPMI
-exporter. A change of a command line or a package version restarts that exporter alone.
+exporter; an NVIDIA GPU node dcgm-exporter (NVIDIA's package from the CUDA repository the
+nvidia component configures, pinned, our counters file, a drop-in with our command
+line); every node the distribution's textfile collectors (prometheus-node-exporter-
+collectors and what its scripts need), chrony.py on our own timer writing chrony.prom
+every minute, atomically, and, where the node declares NVMe drives, the package's NVMe
+timer (nvme.prom every 15 minutes) enabled. A change of a command line or a package
+version restarts that exporter alone.
 
 A ``monitoring`` host also gets Prometheus (prometheus.yml, the rules in
 /etc/prometheus/rules/aicluster, retention and listen address in /etc/default/prometheus),
 Alertmanager (alertmanager.yml; a pair of monitoring hosts gossips), the blackbox
-exporter (blackbox.yml) and the receivers' secrets under /etc/prometheus/secrets (mode
-0600, never shown). A changed configuration is checked on the node (promtool check
-config and check rules, amtool check-config, the blackbox exporter's --config.check)
-before the daemon is reloaded; a file that fails its check fails the deploy, naming it,
-and nothing is reloaded. A changed command line restarts the daemon instead.
+exporter (blackbox.yml), the receivers' secrets and, where MinIO's metrics need one,
+MinIO's metrics token (minted on the deploying machine from MinIO's root credentials)
+under /etc/prometheus/secrets (mode 0600, never shown). A changed configuration is
+checked on the node (promtool check config and check rules, amtool check-config, the
+blackbox exporter's --config.check) before the daemon is reloaded; a file that fails its
+check fails the deploy, naming it, and nothing is reloaded. A changed command line
+restarts the daemon instead.
 
-Not deployed yet: dcgm-exporter and Grafana (docs/components/monitoring.md). Rocky,
-Alma and RHEL 9 hosts are refused (no package source verified: roles/monitoring/vars/
+A monitoring host with ``monitoring_grafana`` (the default) also gets Grafana: the
+pinned release (aicluster.artifacts) unpacked in /opt/grafana/<version> with
+/opt/grafana/current linked to it, aicluster-grafana.service running it as the system
+user ``grafana``, /etc/grafana/grafana.ini (listening on the node's monitoring_network
+address, the admin password read from /etc/grafana/admin-password, mode 0600, never
+shown), the provisioned data sources (its own Prometheus the default, the other
+replica listed) and the dashboards of roles/monitoring/files/dashboards/. A changed
+release, configuration, data source or dashboard restarts Grafana alone.
+
+Rocky, Alma and RHEL 9 hosts are refused (no package source verified: roles/monitoring/vars/
 RedHat.yml).
 """
 
 from __future__ import annotations
 
+import hashlib
 from io import StringIO
 from typing import Any
 
@@ -38,34 +55,65 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import FindInFile, Sha1File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from aicluster.common.facts import GlobPaths
+from aicluster import artifacts
+from aicluster.common.facts import FileCapabilities, FilesApplied, GlobPaths
 from aicluster.common.ops import (
     install_packages,
     owned_directory,
     put_template,
     refuse,
     runs_here,
+    system_user,
     this_host,
 )
 from aicluster.common.settings import NETWORK_ARGS
 from aicluster.common.versions import version_matches
+from aicluster.components.monitoring.dashboards import DASHBOARDS_SOURCE
 from aicluster.components.monitoring.derive import (
     ALERTMANAGER_CONFIG,
     ALERTMANAGER_DEFAULTS,
     ALERTMANAGER_SERVICE,
+    BLACKBOX_BIN,
+    BLACKBOX_CAPS_REPAIR,
     BLACKBOX_CONFIG,
     BLACKBOX_DEFAULTS,
     BLACKBOX_DROPIN,
     BLACKBOX_DROPIN_DIR,
     BLACKBOX_SERVICE,
+    CHRONY_TIMER,
+    CHRONY_TIMER_UNIT,
+    CHRONY_UNIT,
+    DCGM_COUNTERS,
+    DCGM_COUNTERS_SOURCE,
+    DCGM_EXPORTER_CONFIG_DIR,
+    DCGM_EXPORTER_DROPIN,
+    DCGM_EXPORTER_DROPIN_DIR,
+    DCGM_EXPORTER_PACKAGE,
+    DCGM_EXPORTER_PIN,
+    DCGM_EXPORTER_SERVICE,
+    GRAFANA_CONFIG,
+    GRAFANA_CONFIG_DIR,
+    GRAFANA_DASHBOARD_PROVIDER,
+    GRAFANA_DASHBOARDS_DIR,
+    GRAFANA_DATASOURCES,
+    GRAFANA_LOG_DIR,
+    GRAFANA_PASSWORD_FILE,
+    GRAFANA_PROVISIONING,
+    GRAFANA_PROVISIONING_DIRS,
+    GRAFANA_SERVICE,
+    GRAFANA_UNIT,
+    GRAFANA_USER,
     IPMI_EXPORTER_DEFAULTS,
     IPMI_EXPORTER_SERVICE,
+    MINIO_TOKEN,
     NODE_EXPORTER_DEFAULTS,
     NODE_EXPORTER_PIN,
     NODE_EXPORTER_SERVICE,
+    NVME_TIMER_UNIT,
     PROMETHEUS_CONFIG,
     PROMETHEUS_DEFAULTS,
     PROMETHEUS_SERVICE,
@@ -76,9 +124,12 @@ from aicluster.components.monitoring.derive import (
     SLURM_TIMER,
     SLURM_TIMER_UNIT,
     SLURM_UNIT,
+    STAMP_DIR,
+    grafana_admin_password,
+    secret_text,
 )
 from aicluster.render import defaults
-from aicluster.secrets import SecretError, read_secret
+from aicluster.secrets import SecretError
 
 #: The account Debian's packages run Prometheus and Alertmanager as.
 USER = "prometheus"
@@ -87,6 +138,8 @@ USER = "prometheus"
 UPGRADE = ("DEBIAN_FRONTEND=noninteractive apt-get install -y --allow-downgrades "
            "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "
            "prometheus-node-exporter")
+#: The same for dcgm-exporter (monitoring_dcgm_exporter_version).
+DCGM_UPGRADE = UPGRADE.replace("prometheus-node-exporter", "datacenter-gpu-manager-exporter")
 
 
 class _Secret(StringIO):
@@ -114,19 +167,25 @@ def deploy() -> None:
     if v["monitoring_is_server"] and v["monitoring_secret_files"]:
         if getattr(ctx_state.get().config, "DIFF", False):
             refuse([f"host {host.name!r}: monitoring: pyinfra's --diff would show the "
-                    f"receivers' secrets under {SECRETS_DIR}; deploy monitoring without "
-                    "--diff"])
+                    f"secrets under {SECRETS_DIR} (the receivers', MinIO's metrics token); "
+                    "deploy monitoring without --diff"])
             return
         try:
             for entry in v["monitoring_secret_files"]:
-                secrets[entry["path"]] = read_secret(
-                    {entry["secret"]: entry["ref"]}, entry["secret"]).decode()
+                # A receiver's secret as it is; MinIO's metrics token minted from its
+                # root credentials (derive.secret_text, as the role's filter does).
+                secrets[entry["path"]] = secret_text(entry)
         except (SecretError, UnicodeDecodeError) as exc:
             refuse([f"host {host.name!r}: monitoring: {exc}"])
             return
+    grafana_password = _grafana_password(v) if v["monitoring_grafana_enabled"] else None
+    if v["monitoring_grafana_enabled"] and grafana_password is None:
+        return
     _agents(v, family)
     if v["monitoring_is_server"]:
         _server(v, family, secrets)
+    if grafana_password is not None:
+        _grafana(v, grafana_password)
 
 
 # ---------------------------------------------------------------------------
@@ -173,8 +232,52 @@ def _agents(v: dict[str, Any], family: str) -> None:
                         service=IPMI_EXPORTER_SERVICE, restarted=True, _if=ipmi_args.did_change)
         systemd.service(name="The IPMI exporter running and enabled",
                         service=IPMI_EXPORTER_SERVICE, running=True, enabled=True)
+    if v["monitoring_dcgm_exporter_enabled"]:
+        _dcgm_exporter(v, family)
     if v["monitoring_slurm_textfile"]:
         _slurm_textfile(v)
+    _collectors(v, family)
+
+
+def _dcgm_exporter(v: dict[str, Any], family: str) -> None:
+    """dcgm-exporter: NVIDIA's package (from the CUDA repository the nvidia component
+    configures) at monitoring_dcgm_exporter_version, our counters file, and a drop-in
+    giving NVIDIA's unit our command line. A changed command line, counters file or
+    version restarts dcgm-exporter alone."""
+    pin = str(v["monitoring_dcgm_exporter_version"] or "")
+    if pin:
+        put_template("monitoring", "aicluster-dcgm-exporter.pref.j2", DCGM_EXPORTER_PIN, v,
+                     name=f"Pin dcgm-exporter at {pin}")
+    else:
+        files.file(name="No dcgm-exporter version pin", path=DCGM_EXPORTER_PIN, present=False)
+    installed = sorted((host.get_fact(DebPackages) or {}).get(DCGM_EXPORTER_PACKAGE) or [])
+    install_packages(f"Install {', '.join(v['monitoring_dcgm_packages'])}",
+                     v["monitoring_dcgm_packages"], family)
+    upgraded = None
+    if installed and not any(version_matches(i, pin) for i in installed):
+        upgraded = server.shell(
+            name=f"Move dcgm-exporter {installed[-1]} to {pin} "
+                 "(monitoring_dcgm_exporter_version)",
+            commands=[DCGM_UPGRADE],
+            **NETWORK_ARGS,
+        )
+    files.directory(name=f"dcgm-exporter's configuration directory {DCGM_EXPORTER_CONFIG_DIR}",
+                    path=DCGM_EXPORTER_CONFIG_DIR)
+    counters = files.put(name=f"dcgm-exporter's counters ({DCGM_COUNTERS})",
+                         src=str(DCGM_COUNTERS_SOURCE), dest=DCGM_COUNTERS, mode="644",
+                         user="root", group="root")
+    files.directory(name=f"dcgm-exporter's drop-in directory {DCGM_EXPORTER_DROPIN_DIR}",
+                    path=DCGM_EXPORTER_DROPIN_DIR)
+    dropin = put_template("monitoring", "aicluster-dcgm-exporter.conf.j2", DCGM_EXPORTER_DROPIN,
+                          v, name=f"dcgm-exporter's command line ({DCGM_EXPORTER_DROPIN})")
+    systemd.daemon_reload(name="Reload systemd units (dcgm-exporter's drop-in changed)",
+                          _if=dropin.did_change)
+    restart = [dropin, counters] + ([upgraded] if upgraded is not None else [])
+    systemd.service(name="Restart dcgm-exporter (its command line, counters or version "
+                         "changed)",
+                    service=DCGM_EXPORTER_SERVICE, restarted=True, _if=any_changed(*restart))
+    systemd.service(name="dcgm-exporter running and enabled", service=DCGM_EXPORTER_SERVICE,
+                    running=True, enabled=True)
 
 
 def _slurm_textfile(v: dict[str, Any]) -> None:
@@ -190,18 +293,46 @@ def _slurm_textfile(v: dict[str, Any]) -> None:
                     service=SLURM_TIMER_UNIT, running=True, enabled=True)
 
 
+def _collectors(v: dict[str, Any], family: str) -> None:
+    """The distribution's textfile collectors: chrony.py on our own timer (every node:
+    base runs chrony on each), the package's NVMe timer where the node declares NVMe
+    drives. The package's postinst enables and starts its timers; the NVMe timer's
+    Condition (/dev/nvme*) keeps it idle on a node without one, so it is enabled here,
+    and started only when that enabling changed something (a timer whose Condition fails
+    never reads as running: asking for it would start it again on every run)."""
+    install_packages(f"Install the textfile collectors "
+                     f"({', '.join(v['monitoring_collector_packages'])})",
+                     v["monitoring_collector_packages"], family)
+    unit = put_template("monitoring", "aicluster-chrony-textfile.service.j2", CHRONY_UNIT, v,
+                        name="The chrony textfile collector's unit (chrony.py to chrony.prom)")
+    timer = put_template("monitoring", "aicluster-chrony-textfile.timer.j2", CHRONY_TIMER, v,
+                         name="The chrony textfile collector's timer (every minute)")
+    systemd.daemon_reload(name="Reload systemd units (the chrony textfile collector changed)",
+                          _if=any_changed(unit, timer))
+    systemd.service(name="The chrony textfile collector's timer running and enabled",
+                    service=CHRONY_TIMER_UNIT, running=True, enabled=True)
+    if v["monitoring_nvme_textfile"]:
+        enabled = systemd.service(name="The NVMe textfile collector's timer enabled "
+                                       f"({NVME_TIMER_UNIT}, every 15 minutes)",
+                                  service=NVME_TIMER_UNIT, running=None, enabled=True)
+        systemd.service(name="Start the NVMe textfile collector's timer (it was not enabled)",
+                        service=NVME_TIMER_UNIT, running=True, _if=enabled.did_change)
+
+
 # ---------------------------------------------------------------------------
 # monitoring hosts: Prometheus, Alertmanager, the blackbox exporter
 # ---------------------------------------------------------------------------
 
 
 def _server(v: dict[str, Any], family: str, secrets: dict[str, str]) -> None:
-    install_packages("Install Prometheus, Alertmanager and the blackbox exporter",
-                     v["monitoring_server_packages"], family)
+    caps = host.get_fact(FileCapabilities, path=BLACKBOX_BIN)
+    installed = install_packages("Install Prometheus, Alertmanager and the blackbox exporter",
+                                 v["monitoring_server_packages"], family)
     storage = str(v["monitoring_storage_path"]).rstrip("/")
     for path in (f"{storage}/metrics2", f"{storage}/alertmanager"):
         owned_directory(f"Monitoring data directory {path}", path, USER)
     secret_ops = []
+    am_secret_ops = []  # the receivers' (MinIO's metrics token is Prometheus' alone)
     if secrets:
         files.directory(name=f"The receivers' secrets directory {SECRETS_DIR}", path=SECRETS_DIR,
                         user="root", group=USER, mode="750")
@@ -209,6 +340,8 @@ def _server(v: dict[str, Any], family: str, secrets: dict[str, str]) -> None:
         secret_ops.append(files.put(
             name=f"Secret {path} (mode 0600, never shown)", src=_Secret(value), dest=path,
             user=USER, group=USER, mode="600"))
+        if path != MINIO_TOKEN:
+            am_secret_ops.append(secret_ops[-1])
 
     # Prometheus: its configuration and the rules, checked on the node before a reload.
     prom_args = put_template("monitoring", "prometheus.j2", PROMETHEUS_DEFAULTS, v,
@@ -223,24 +356,28 @@ def _server(v: dict[str, Any], family: str, secrets: dict[str, str]) -> None:
     rules += [files.file(name=f"Remove {path} (no longer in the alert pack)", path=path,
                          present=False) for path in present if path not in wanted]
     prom_config = any_changed(config, *rules, *secret_ops)
+    prom_pending = _pending(v, "prometheus")
     server.shell(
         name="Check Prometheus' configuration and rules (promtool check config, check rules)",
         commands=[f"promtool check config {PROMETHEUS_CONFIG}",
                   f"promtool check rules {' '.join(wanted)}"],
-        _if=any_changed(prom_args, config, *rules, *secret_ops),
+        _if=_either(prom_pending, any_changed(prom_args, config, *rules, *secret_ops)),
     )
-    _restart_or_reload("Prometheus", PROMETHEUS_SERVICE, prom_args, prom_config)
+    _restart_or_reload("Prometheus", PROMETHEUS_SERVICE, prom_args, prom_config,
+                       applied=(v["monitoring_stamps"]["prometheus"], prom_pending))
 
     # Alertmanager.
     am_args = put_template("monitoring", "prometheus-alertmanager.j2", ALERTMANAGER_DEFAULTS, v,
                            name=f"Alertmanager's command line ({ALERTMANAGER_DEFAULTS})")
     am_config = put_template("monitoring", "alertmanager.yml.j2", ALERTMANAGER_CONFIG, v,
                              name=f"Alertmanager's configuration ({ALERTMANAGER_CONFIG})")
-    am_changed = any_changed(am_config, *secret_ops)
+    am_changed = any_changed(am_config, *am_secret_ops)
+    am_pending = _pending(v, "alertmanager")
     server.shell(name="Check Alertmanager's configuration (amtool check-config)",
                  commands=[f"amtool check-config {ALERTMANAGER_CONFIG}"],
-                 _if=any_changed(am_args, am_config, *secret_ops))
-    _restart_or_reload("Alertmanager", ALERTMANAGER_SERVICE, am_args, am_changed)
+                 _if=_either(am_pending, any_changed(am_args, am_config, *am_secret_ops)))
+    _restart_or_reload("Alertmanager", ALERTMANAGER_SERVICE, am_args, am_changed,
+                       applied=(v["monitoring_stamps"]["alertmanager"], am_pending))
 
     # The blackbox exporter.
     bb_args = put_template("monitoring", "prometheus-blackbox-exporter.j2", BLACKBOX_DEFAULTS, v,
@@ -254,23 +391,141 @@ def _server(v: dict[str, Any], family: str, secrets: dict[str, str]) -> None:
                                f"{BLACKBOX_DROPIN})")
     systemd.daemon_reload(name="Reload systemd units (the blackbox exporter's drop-in "
                                "changed)", _if=dropin.did_change)
+    # Read before the install: checked again whenever the package was (re)installed.
+    empty_caps = caps is not None and "cap_net_raw" not in caps
+    repaired = server.shell(
+        name=f"No empty file capability on {BLACKBOX_BIN} (it would void the drop-in's "
+             "CAP_NET_RAW)",
+        commands=[BLACKBOX_CAPS_REPAIR],
+        _if=lambda: empty_caps or installed.did_change())
+    bb_pending = _pending(v, "blackbox")
     server.shell(
         name="Check the blackbox exporter's modules (--config.check)",
         commands=[f"prometheus-blackbox-exporter --config.check --config.file={BLACKBOX_CONFIG}"],
-        _if=any_changed(bb_args, bb_config))
+        _if=_either(bb_pending, any_changed(bb_args, bb_config)))
     _restart_or_reload("the blackbox exporter", BLACKBOX_SERVICE, bb_args,
-                       any_changed(bb_config), also_restart=(dropin,))
+                       any_changed(bb_config), also_restart=(dropin, repaired),
+                       applied=(v["monitoring_stamps"]["blackbox"], bb_pending))
+
+
+def _pending(v: dict[str, Any], name: str) -> bool:
+    """Whether the daemon *name* has not taken up its files as they are on the node
+    (derive.stamps): a run that wrote them stopped before (a check that failed, a lost
+    connection), so this run must check them and restart it, though nothing it writes
+    changes."""
+    stamp = v["monitoring_stamps"][name]
+    return not host.get_fact(FilesApplied, paths=stamp["files"], stamp=stamp["path"])
+
+
+def _either(pending: bool, changed):
+    """An ``_if`` that holds when the daemon's files are *pending* or *changed* now."""
+    return lambda: pending or changed()
 
 
 def _restart_or_reload(label: str, service: str, args, config_changed,
-                       also_restart=()) -> None:
+                       also_restart=(), applied=None) -> None:
     """A changed command line (or unit drop-in, ``also_restart``) restarts the daemon; a
     changed configuration (and nothing restarted) reloads it. Both run after the check,
-    which stops the host when it fails."""
-    restart = any_changed(args, *also_restart)
-    systemd.service(name=f"Restart {label} (its command line changed)", service=service,
+    which stops the host when it fails. ``applied`` (its stamp, derive.stamps, and
+    whether its files were pending): a daemon whose files a stopped run left unapplied
+    is restarted, and once it has taken its files up the stamp records them."""
+    stamp, pending = applied
+    restart = _either(pending, any_changed(args, *also_restart))
+    systemd.service(name=f"Restart {label} (its command line changed, or a run stopped "
+                         "before it took its files up)", service=service,
                     restarted=True, _if=restart)
     systemd.service(name=f"{label[0].upper()}{label[1:]} running and enabled", service=service,
                     running=True, enabled=True)
     systemd.service(name=f"Reload {label} (its configuration changed)", service=service,
                     reloaded=True, _if=[config_changed, lambda: not restart()])
+    server.shell(name=f"Record the files {label} runs with ({stamp['path']})",
+                 commands=[f"mkdir -p {STAMP_DIR} && {stamp['digest']} > {stamp['path']}"],
+                 _if=_either(pending, lambda: restart() or config_changed()))
+
+
+# ---------------------------------------------------------------------------
+# monitoring hosts: Grafana
+# ---------------------------------------------------------------------------
+
+
+def _grafana_password(v: dict[str, Any]) -> str | None:
+    """Grafana's admin password, read on the deploying machine (the secret file made
+    once where the inventory names none); None, the host refused, when it cannot be
+    had, or when pyinfra's --diff would show the node's old one."""
+    name = v["monitoring_grafana_admin_keys_name"]
+    try:
+        password = grafana_admin_password(v["monitoring_grafana_admin_ref"], name,
+                                          int(v["monitoring_grafana_admin_keys_bytes"]))
+    except SecretError as exc:
+        refuse([f"host {host.name!r}: monitoring: {exc}"])
+        return None
+    if getattr(ctx_state.get().config, "DIFF", False):
+        have = host.get_fact(Sha1File, path=GRAFANA_PASSWORD_FILE)
+        if have is not None and have != hashlib.sha1(password.encode()).hexdigest():
+            refuse([f"host {host.name!r}: monitoring: pyinfra's --diff would show Grafana's "
+                    f"old admin password ({GRAFANA_PASSWORD_FILE}, secrets.{name} changed); "
+                    "deploy monitoring without --diff"])
+            return None
+    return password
+
+
+def _grafana(v: dict[str, Any], password: str) -> None:
+    """Grafana from its pinned release: unpacked beside the one running, the ``current``
+    link moved to it; the unit, grafana.ini, the admin password (0600, never shown), the
+    provisioned data sources and dashboards. Any of them changed restarts Grafana alone."""
+    version, release = v["monitoring_grafana_version"], v["monitoring_grafana_release_dir"]
+    art = v["monitoring_artifact_files"]["grafana"]
+    server.group(name=f"Group {GRAFANA_USER}", group=GRAFANA_USER, system=True)
+    system_user(name=f"Grafana user {GRAFANA_USER}", user=GRAFANA_USER, group=GRAFANA_USER,
+                system=True, home=v["monitoring_grafana_data_dir"], shell="/usr/sbin/nologin")
+    files.directory(name=f"Grafana {version} directory", path=release)
+    archive = artifacts.put("monitoring", "grafana", f"{release}/{art['filename']}", mode="644",
+                            op_name=f"Grafana {version} release archive")
+    # The same command as Ansible's (derive.grafana_unpack_command); the marker, written
+    # last, holds the archive's sha256 once the unpack is complete.
+    unpack = v["monitoring_grafana_unpack_command"]
+    if host.get_fact(FindInFile, path=v["monitoring_grafana_marker"], pattern=art["sha256"]):
+        host.noop(f"Grafana {version} is unpacked in {release}")
+        unpacked = server.shell(name=f"Unpack Grafana {version} (its archive changed)",
+                                commands=[unpack], _if=archive.did_change)
+    else:
+        unpacked = server.shell(name=f"Unpack Grafana {version}", commands=[unpack])
+    link = files.link(name=f"{v['monitoring_grafana_current']} is Grafana {version}",
+                      path=v["monitoring_grafana_current"], target=release)
+    owned_directory(f"Grafana's data directory {v['monitoring_grafana_data_dir']}",
+                    v["monitoring_grafana_data_dir"], GRAFANA_USER, mode="750")
+    owned_directory(f"Grafana's log directory {GRAFANA_LOG_DIR}", GRAFANA_LOG_DIR,
+                    GRAFANA_USER, mode="750")
+    for path in (GRAFANA_CONFIG_DIR, GRAFANA_PROVISIONING, *GRAFANA_PROVISIONING_DIRS,
+                 GRAFANA_DASHBOARDS_DIR.rsplit("/", 1)[0], GRAFANA_DASHBOARDS_DIR):
+        files.directory(name=f"Grafana's directory {path}", path=path, user="root",
+                        group=GRAFANA_USER, mode="750")
+    secret = files.put(name=f"Grafana's admin password {GRAFANA_PASSWORD_FILE} (mode 0600, "
+                            "never shown)", src=_Secret(password), dest=GRAFANA_PASSWORD_FILE,
+                       user=GRAFANA_USER, group=GRAFANA_USER, mode="600")
+    config = [
+        put_template("monitoring", "grafana.ini.j2", GRAFANA_CONFIG, v, mode="640",
+                     group=GRAFANA_USER, name=f"Grafana's configuration ({GRAFANA_CONFIG})"),
+        put_template("monitoring", "grafana-datasources.yaml.j2", GRAFANA_DATASOURCES, v,
+                     mode="640", group=GRAFANA_USER,
+                     name=f"Grafana's data sources ({GRAFANA_DATASOURCES})"),
+        put_template("monitoring", "grafana-dashboards.yaml.j2", GRAFANA_DASHBOARD_PROVIDER, v,
+                     mode="640", group=GRAFANA_USER,
+                     name=f"Grafana's dashboard provider ({GRAFANA_DASHBOARD_PROVIDER})"),
+    ]
+    wanted = [f"{GRAFANA_DASHBOARDS_DIR}/{n}" for n in v["monitoring_grafana_dashboard_files"]]
+    boards = [files.put(name=f"Dashboard {path}",
+                        src=str(DASHBOARDS_SOURCE / path.rsplit("/", 1)[1]), dest=path,
+                        mode="644", user="root", group="root") for path in wanted]
+    present = host.get_fact(GlobPaths, pattern=f"{GRAFANA_DASHBOARDS_DIR}/*.json") or []
+    boards += [files.file(name=f"Remove the dashboard {path} (no longer shipped)", path=path,
+                          present=False) for path in present if path not in wanted]
+    unit = put_template("monitoring", "aicluster-grafana.service.j2", GRAFANA_UNIT, v,
+                        name=f"Grafana's unit ({GRAFANA_UNIT})")
+    systemd.daemon_reload(name="Reload systemd units (Grafana's unit changed)",
+                          _if=unit.did_change)
+    systemd.service(name="Restart Grafana (its release, configuration, data sources or "
+                         "dashboards changed)", service=GRAFANA_SERVICE, restarted=True,
+                    _if=any_changed(unpacked, link, unit, secret, *config, *boards))
+    systemd.service(name="Grafana running and enabled", service=GRAFANA_SERVICE, running=True,
+                    enabled=True)

@@ -21,15 +21,25 @@ choice against the component's own.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import math
+import re
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from aicluster import ROLES_DIR
+from aicluster import ROLES_DIR, artifacts
 from aicluster.common.absence import host_mounts
+from aicluster.common.minio_credentials import metrics_token as minio_metrics_token
+from aicluster.common.minio_credentials import root_keys_ref as minio_root_keys_ref
 from aicluster.common.networks import host_address, network_errors, pick_network
 from aicluster.common.settings import differs_from_first, layered, merge_config, setting
+from aicluster.common.stamps import applied_command, stamp_command
+from aicluster.components.monitoring.dashboards import DATASOURCE_UID, dashboard_files
 from aicluster.inventory import Cluster
+from aicluster.secrets import SecretError, read_secret
 from aicluster.secrets import secret_ref as _secret_ref
 
 CONFIG_DIR = "/etc/prometheus"
@@ -41,6 +51,11 @@ RULES_DIR = f"{CONFIG_DIR}/rules/aicluster"
 #: Secrets Prometheus and Alertmanager read from files (mode 0640, group prometheus):
 #: a receiver's webhook URL or SMTP password, MinIO's metrics token.
 SECRETS_DIR = f"{CONFIG_DIR}/secrets"
+#: Where a monitoring host records the digest of the files each of its daemons last
+#: took up (deploy._restart_or_reload; Ansible's server.yml the same), one file each.
+#: Bookkeeping, not data, and kept when monitoring is taken off (a host given it again
+#: rewrites its files, which takes them up and records them again).
+STAMP_DIR = "/var/lib/aicluster/monitoring"
 MINIO_TOKEN = f"{SECRETS_DIR}/minio-prometheus.token"
 #: The CA MinIO's certificates are signed by, where MinIO serves TLS.
 MINIO_CA = f"{CONFIG_DIR}/minio-ca.crt"
@@ -57,10 +72,39 @@ BLACKBOX_SERVICE = "prometheus-blackbox-exporter"
 #: The blackbox exporter's drop-in giving it CAP_NET_RAW (its ICMP probes).
 BLACKBOX_DROPIN_DIR = f"/etc/systemd/system/{BLACKBOX_SERVICE}.service.d"
 BLACKBOX_DROPIN = f"{BLACKBOX_DROPIN_DIR}/aicluster-icmp.conf"
+#: The blackbox exporter's binary. Debian's package gives it cap_net_raw as a file
+#: capability where its postinst's setcap can; where that leaves an empty capability
+#: set instead ("=", as in a systemd-nspawn container), the set voids the unit's
+#: ambient CAP_NET_RAW (a file with capabilities clears the ambient set at exec), so
+#: the deploy removes it (BLACKBOX_CAPS_REPAIR) and the drop-in's capability applies.
+BLACKBOX_BIN = "/usr/bin/prometheus-blackbox-exporter"
+BLACKBOX_CAPS_REPAIR = (f'caps=$(getcap {BLACKBOX_BIN} 2>/dev/null); [ -z "$caps" ] || '
+                        f'echo "$caps" | grep -q cap_net_raw || setcap -r {BLACKBOX_BIN}')
 NODE_EXPORTER_SERVICE = "prometheus-node-exporter"
 IPMI_EXPORTER_SERVICE = "prometheus-ipmi-exporter"
 #: The node exporter's version pin (monitoring_node_exporter_version), for apt.
 NODE_EXPORTER_PIN = "/etc/apt/preferences.d/aicluster-monitoring.pref"
+#: dcgm-exporter on NVIDIA GPU nodes: NVIDIA's package from its CUDA repository (the one
+#: the nvidia component configures), its version pin (monitoring_dcgm_exporter_version),
+#: the counters file we ship (roles/monitoring/files/dcgm-counters.csv) and a drop-in
+#: replacing the packaged unit's command line. The unit's name and its ExecStart (fixed
+#: flags, no environment file) are NVIDIA/dcgm-exporter's
+#: packaging/config-files/systemd/nvidia-dcgm-exporter.service, which packaging/README.md
+#: says the packages install as /lib/systemd/system/nvidia-dcgm-exporter.service.
+DCGM_EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
+DCGM_EXPORTER_SERVICE = "nvidia-dcgm-exporter"
+DCGM_EXPORTER_PIN = "/etc/apt/preferences.d/aicluster-dcgm-exporter.pref"
+DCGM_EXPORTER_BINARY = "/usr/bin/dcgm-exporter"
+DCGM_EXPORTER_CONFIG_DIR = "/etc/dcgm-exporter"
+DCGM_COUNTERS = f"{DCGM_EXPORTER_CONFIG_DIR}/aicluster-counters.csv"
+DCGM_COUNTERS_SOURCE = ROLES_DIR / "monitoring" / "files" / "dcgm-counters.csv"
+DCGM_EXPORTER_DROPIN_DIR = f"/etc/systemd/system/{DCGM_EXPORTER_SERVICE}.service.d"
+DCGM_EXPORTER_DROPIN = f"{DCGM_EXPORTER_DROPIN_DIR}/aicluster.conf"
+#: Where the nvidia component's nv-hostengine (nvidia-dcgm.service, run with NVIDIA's
+#: defaults) listens: "with no options, it ... opens a TCP listener on 127.0.0.1:5555"
+#: (DCGM's nv-hostengine command reference). dcgm-exporter connects there where the
+#: nvidia component runs it (nvidia_dcgm), and runs an embedded host engine elsewhere.
+NV_HOSTENGINE = "127.0.0.1:5555"
 #: The Slurm textfile collector on the Slurm controllers: a script, run every minute by
 #: a timer, writing :data:`SLURM_TEXTFILE` in the textfile directory atomically.
 SLURM_TEXTFILE = "aicluster_slurm.prom"
@@ -68,6 +112,38 @@ SLURM_SCRIPT = "/usr/local/sbin/aicluster-slurm-textfile"
 SLURM_UNIT = "/etc/systemd/system/aicluster-slurm-textfile.service"
 SLURM_TIMER = "/etc/systemd/system/aicluster-slurm-textfile.timer"
 SLURM_TIMER_UNIT = "aicluster-slurm-textfile.timer"
+#: Grafana (the vendor's standalone release, on the monitoring hosts).
+GRAFANA_SERVICE = "aicluster-grafana"
+GRAFANA_UNIT = f"/etc/systemd/system/{GRAFANA_SERVICE}.service"
+GRAFANA_USER = "grafana"
+GRAFANA_CONFIG_DIR = "/etc/grafana"
+GRAFANA_CONFIG = f"{GRAFANA_CONFIG_DIR}/grafana.ini"
+GRAFANA_PASSWORD_FILE = f"{GRAFANA_CONFIG_DIR}/admin-password"
+GRAFANA_PROVISIONING = f"{GRAFANA_CONFIG_DIR}/provisioning"
+#: Grafana reads each of these provisioning directories at start (empty where unused).
+GRAFANA_PROVISIONING_DIRS = tuple(f"{GRAFANA_PROVISIONING}/{d}" for d in (
+    "datasources", "dashboards", "plugins", "alerting"))
+GRAFANA_DATASOURCES = f"{GRAFANA_PROVISIONING}/datasources/aicluster.yaml"
+GRAFANA_DASHBOARD_PROVIDER = f"{GRAFANA_PROVISIONING}/dashboards/aicluster.yaml"
+GRAFANA_DASHBOARDS_DIR = f"{GRAFANA_CONFIG_DIR}/dashboards/aicluster"
+GRAFANA_LOG_DIR = "/var/log/grafana"
+#: In a release directory: the sha256 of the archive unpacked there, once complete.
+GRAFANA_MARKER = ".aicluster-unpacked"
+#: Derives the admin password from a secret of random bytes (a generated file).
+GRAFANA_PASSWORD_CONTEXT = b"aicluster monitoring grafana admin password"
+#: The chrony textfile collector on every node (base installs chrony on every node): the
+#: packaged chrony.py (prometheus-node-exporter-collectors), run every minute by our own
+#: timer (the package has none for it), writing :data:`CHRONY_TEXTFILE` atomically.
+CHRONY_TEXTFILE = "chrony.prom"
+CHRONY_SCRIPT = "/usr/share/prometheus-node-exporter-collectors/chrony.py"
+CHRONY_UNIT = "/etc/systemd/system/aicluster-chrony-textfile.service"
+CHRONY_TIMER = "/etc/systemd/system/aicluster-chrony-textfile.timer"
+CHRONY_TIMER_UNIT = "aicluster-chrony-textfile.timer"
+#: The package's own NVMe SMART/wear collector (nvme_metrics.sh writing nvme.prom every
+#: 15 minutes), enabled on the nodes that declare NVMe drives (hardware.nvme).
+NVME_TIMER_UNIT = "prometheus-node-exporter-nvme.timer"
+#: The results of `aicluster check --publish`, written on the monitoring hosts.
+CHECK_TEXTFILE = "aicluster_check.prom"
 #: The Prometheus rule files the role ships (roles/monitoring/files/rules/*.yml).
 RULES_SOURCE = ROLES_DIR / "monitoring" / "files" / "rules"
 
@@ -90,10 +166,14 @@ REMOVAL = {
         "packages": ["monitoring_server_packages"],
     },
     "monitoring:all": {
-        "commands": [f"systemctl disable --now {SLURM_TIMER_UNIT} 2>/dev/null || true"],
-        "services": [NODE_EXPORTER_SERVICE, IPMI_EXPORTER_SERVICE],
-        "files": [SLURM_TIMER, SLURM_UNIT, SLURM_SCRIPT, NODE_EXPORTER_PIN],
-        "packages": ["monitoring_node_packages", "monitoring_ipmi_packages"],
+        "commands": [f"systemctl disable --now {SLURM_TIMER_UNIT} 2>/dev/null || true",
+                     f"systemctl disable --now {CHRONY_TIMER_UNIT} 2>/dev/null || true"],
+        "services": [NODE_EXPORTER_SERVICE, IPMI_EXPORTER_SERVICE, DCGM_EXPORTER_SERVICE],
+        "files": [SLURM_TIMER, SLURM_UNIT, SLURM_SCRIPT, CHRONY_TIMER, CHRONY_UNIT,
+                  NODE_EXPORTER_PIN,
+                  DCGM_EXPORTER_PIN, DCGM_EXPORTER_DROPIN, DCGM_COUNTERS],
+        "packages": ["monitoring_node_packages", "monitoring_ipmi_packages",
+                     "monitoring_dcgm_packages"],
     },
 }
 
@@ -114,8 +194,6 @@ DEFAULT_ROUTE = "default"
 #: What Alertmanager groups notifications by.
 GROUP_BY = ["alertname", "node"]
 
-#: The Ceph manager's prometheus module (Ceph's default port for it).
-CEPH_MGR_PORT = 9283
 #: NFS over TCP (the server's nfsd or nfs-ganesha).
 NFS_PORT = 2049
 MINIO_CLUSTER_METRICS = "/minio/v2/metrics/cluster"
@@ -254,6 +332,17 @@ def dcgm_hosts(cluster: Cluster) -> list[str]:
     return out
 
 
+def dcgm_hostengine(cluster: Cluster, name: str) -> str:
+    """The nv-hostengine dcgm-exporter connects to on host ``name``: the nvidia
+    component's (nvidia-dcgm.service, :data:`NV_HOSTENGINE`) where that component runs
+    one (an NVIDIA GPU node with ``nvidia_dcgm`` on: its role's defaults under the host's
+    data, as aicluster.components.nvidia decides), else "" (dcgm-exporter runs an
+    embedded host engine in its own process, as it does by default)."""
+    host = cluster.hosts[name]
+    nvidia = gpu_node(cluster, name) and host.spec.hardware.gpus.vendor == "nvidia"
+    return NV_HOSTENGINE if nvidia and setting("nvidia", host.data, "nvidia_dcgm") else ""
+
+
 def ipmi_hosts(cluster: Cluster) -> list[str]:
     return [n for n, h in cluster.hosts.items()
             if setting("monitoring", h.data, "monitoring_ipmi") is True]
@@ -324,15 +413,20 @@ def minio_endpoints(cluster: Cluster) -> dict[str, Any]:
 
 def ceph_endpoints(cluster: Cluster) -> dict[str, Any]:
     """The Ceph managers (one on each monitor host) at their address on Ceph's public
-    network (as aicluster.components.ceph.derive picks it)."""
+    network (as aicluster.components.ceph.derive picks it), where the ceph component
+    binds each one's prometheus module: port ``ceph_mgr_prometheus_port``; none when
+    ``ceph_mgr_prometheus`` is off (the first monitor's settings, as ceph reads them)."""
     mons = list(cluster.group("ceph_mons"))
     if not mons:
         return {"network": "", "managers": []}
     ceph_hosts = [n for n, h in cluster.hosts.items() if "ceph" in h.components()]
     v = layered("ceph", cluster.hosts[mons[0]].data)
+    if not v["ceph_mgr_prometheus"]:
+        return {"network": "", "managers": []}
     network = pick_network(cluster, v["ceph_network"], ceph_hosts, ("storage", "fabric"))
+    port = int(v["ceph_mgr_prometheus_port"])
     return {"network": network, "managers": [
-        {"node": n, "endpoint": endpoint(_bound(cluster, n, network), CEPH_MGR_PORT)}
+        {"node": n, "endpoint": endpoint(_bound(cluster, n, network), port)}
         for n in mons]}
 
 
@@ -651,16 +745,67 @@ def inhibit_rules() -> list[dict[str, Any]]:
              "target": [f'alertname!="{NODE_DOWN_ALERT}"'], "equal": ["node"]}]
 
 
+def stamps(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """For each daemon of a monitoring host, the files it runs with, in a fixed order,
+    where their digest is recorded once it took them up (:data:`STAMP_DIR`), and the
+    command that prints that digest (the same for both engines, so either may follow
+    the other). A run that stopped after writing a file but before its daemon took it
+    up leaves the digest unrecorded: the next run checks and restarts that daemon."""
+    secrets = [entry["path"] for entry in secret_files(cluster)]
+    daemons = {
+        "prometheus": [PROMETHEUS_DEFAULTS, PROMETHEUS_CONFIG,
+                       *(f"{RULES_DIR}/{name}" for name in rule_files()), *secrets],
+        "alertmanager": [ALERTMANAGER_DEFAULTS, ALERTMANAGER_CONFIG, *secrets],
+        "blackbox": [BLACKBOX_DEFAULTS, BLACKBOX_CONFIG, BLACKBOX_DROPIN],
+    }
+    return {name: {"files": paths, "path": f"{STAMP_DIR}/{name}",
+                   "digest": stamp_command(paths),
+                   "read": applied_command(paths, f"{STAMP_DIR}/{name}")}
+            for name, paths in daemons.items()}
+
+
 def secret_files(cluster: Cluster) -> list[dict[str, Any]]:
     """The secrets the monitoring hosts need as files under :data:`SECRETS_DIR`: each
-    receiver's (its reference under ``secrets``) and MinIO's metrics token."""
+    receiver's (``kind`` "secret": the secret itself, its reference under ``secrets``)
+    and, where Prometheus reads MinIO's metrics with a token, MinIO's metrics token
+    (``kind`` "minio_token": :func:`minio_token_file`)."""
     out = []
     for r in cluster_data(cluster)["monitoring_receivers"] or []:
         for key in ("url_key_name", "auth_key_name"):
             if r.get(key):
-                out.append({"path": f"{SECRETS_DIR}/{r[key]}", "secret": r[key],
-                            "ref": _secret_ref(cluster, r[key], r[key])})
+                out.append({"path": f"{SECRETS_DIR}/{r[key]}", "kind": "secret",
+                            "secret": r[key], "ref": _secret_ref(cluster, r[key], r[key])})
+    token = minio_token_file(cluster)
+    if token:
+        out.append(token)
     return out
+
+
+def minio_token_file(cluster: Cluster) -> dict[str, Any] | None:
+    """:data:`MINIO_TOKEN`, what Prometheus' job "minio" sends as its bearer token (None
+    where there is no MinIO, or MinIO's metrics are public): minted on the deploying
+    machine from MinIO's root user and root password (the secret the minio component
+    reads, ``minio_root_keys_name``, at the same reference), as ``mc admin prometheus
+    generate`` makes it (aicluster.common.minio_credentials: HS512, ``sub`` the root
+    user, ``iss`` "prometheus", a fixed ``exp``: the same token on every deploy)."""
+    minio = minio_endpoints(cluster)
+    if not minio["servers"] or minio["auth"] != "jwt":
+        return None
+    v = layered("minio", cluster.hosts[minio["servers"][0]["node"]].data)
+    name = str(v["minio_root_keys_name"])
+    return {"path": MINIO_TOKEN, "kind": "minio_token", "secret": name,
+            "ref": minio_root_keys_ref(cluster, name), "bytes": int(v["minio_root_keys_bytes"]),
+            "user": str(v["minio_root_user"])}
+
+
+def secret_text(entry: Mapping[str, Any], dry: bool = False) -> str:
+    """What the file of a :func:`secret_files` entry holds, read (a receiver's secret) or
+    minted (MinIO's metrics token) on the deploying machine; never printed. Raises
+    SecretError (or UnicodeDecodeError, a receiver's secret that is not text)."""
+    if entry["kind"] == "minio_token":
+        return minio_metrics_token(entry["ref"], entry["secret"], entry["bytes"],
+                                   entry["user"], dry=dry)
+    return read_secret({entry["secret"]: entry["ref"]}, entry["secret"]).decode()
 
 
 def grafana_admin_ref(cluster: Cluster) -> dict[str, str]:
@@ -668,6 +813,103 @@ def grafana_admin_ref(cluster: Cluster) -> dict[str, str]:
     deploying machine (generated once)."""
     return _secret_ref(cluster, cluster_data(cluster)["monitoring_grafana_admin_keys_name"],
                        "grafana-admin.secret")
+
+
+# ---------------------------------------------------------------------------
+# Grafana: where it runs, its data sources, its release, its admin password
+# ---------------------------------------------------------------------------
+
+
+def grafana_hosts(cluster: Cluster) -> list[str]:
+    """The monitoring hosts that run Grafana (``monitoring_grafana`` not false)."""
+    return [n for n in monitoring_hosts(cluster)
+            if setting("monitoring", cluster.hosts[n].data, "monitoring_grafana")]
+
+
+def _uid_part(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:18] or "host"
+
+
+def grafana_datasources(cluster: Cluster, host_name: str,
+                        data: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The Prometheus data sources of the Grafana on ``host_name``: its own Prometheus
+    first, the default, under :data:`DATASOURCE_UID` (the uid every shipped dashboard
+    reads); then every other monitoring host's Prometheus (the other replica), by name.
+    Plain data for grafana-datasources.yaml.j2."""
+    shared = cluster_data(cluster, data)
+    port = shared["monitoring_prometheus_port"]
+    interval = f"{int(shared['monitoring_scrape_interval'])}s"
+    out = []
+    for name in [host_name, *(n for n in monitoring_hosts(cluster) if n != host_name)]:
+        own = name == host_name
+        out.append({
+            "name": "Prometheus" if own else f"Prometheus on {name}",
+            "uid": DATASOURCE_UID if own else f"{DATASOURCE_UID}-{_uid_part(name)}",
+            "url": f"http://{endpoint(node_address(cluster, name), port)}",
+            "is_default": own,
+            "time_interval": interval,
+        })
+    return out
+
+
+def grafana_unpack_command(release_dir: str, filename: str, sha256: str) -> str:
+    """Unpack the release archive in ``release_dir`` (its top directory,
+    ``grafana-v<version>``, stripped) and record the complete unpack: the one command
+    both engines run."""
+    archive = f"{release_dir}/{filename}"
+    return (f"tar -xzf {shlex.quote(archive)} -C {shlex.quote(release_dir)} "
+            "--strip-components=1 --no-same-owner && echo "
+            f"{sha256} > {shlex.quote(release_dir + '/' + GRAFANA_MARKER)}")
+
+
+def grafana_admin_password(ref: Mapping[str, Any], name: str, size: int,
+                           dry: bool = False) -> str:
+    """Grafana's admin password from its secret: the secret itself when it is one line
+    of text (8 to 128 printable characters, no space at either end); derived from it
+    when it is random bytes (the file generated on the first deploy; not generated in
+    a *dry* run). Raises SecretError naming the secret, never its value."""
+    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size), dry=dry)
+    try:
+        text: str | None = secret.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None:
+        line = text.rstrip("\r\n")
+        if line.isprintable():
+            if 8 <= len(line) <= 128 and line == line.strip():
+                return line
+            raise SecretError(
+                f"secrets.{name}: is text but not a Grafana admin password (one line of 8 "
+                "to 128 characters, no space at either end); give such a password, or a "
+                "file of random bytes to derive one from")
+    raw = hmac.new(secret, GRAFANA_PASSWORD_CONTEXT, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")[:32]
+
+
+def grafana_vars(cluster: Cluster, host_name: str, v: Mapping[str, Any],
+                 data: Mapping[str, Any] | None, art: Mapping[str, Any]) -> dict[str, Any]:
+    """What the Grafana tasks and templates of a host that runs it use (``v``: its
+    monitoring settings; ``art``: its Grafana release file, artifacts.derived_vars)."""
+    base = str(v["monitoring_grafana_install_dir"]).rstrip("/")
+    release = f"{base}/{v['monitoring_grafana_version']}"
+    return {
+        "monitoring_grafana_release_dir": release,
+        "monitoring_grafana_current": f"{base}/current",
+        "monitoring_grafana_marker": f"{release}/{GRAFANA_MARKER}",
+        "monitoring_grafana_unpack_command": grafana_unpack_command(
+            release, str(art["filename"]), str(art["sha256"])),
+        "monitoring_grafana_config": GRAFANA_CONFIG,
+        "monitoring_grafana_password_file": GRAFANA_PASSWORD_FILE,
+        "monitoring_grafana_provisioning": GRAFANA_PROVISIONING,
+        "monitoring_grafana_provisioning_dirs": list(GRAFANA_PROVISIONING_DIRS),
+        "monitoring_grafana_dashboards_dir": GRAFANA_DASHBOARDS_DIR,
+        "monitoring_grafana_log_dir": GRAFANA_LOG_DIR,
+        "monitoring_grafana_plugins_dir":
+            f"{str(v['monitoring_grafana_data_dir']).rstrip('/')}/plugins",
+        "monitoring_grafana_datasources": grafana_datasources(cluster, host_name, data),
+        "monitoring_grafana_dashboard_files": dashboard_files(),
+        "monitoring_grafana_admin_ref": grafana_admin_ref(cluster),
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -793,6 +1035,15 @@ def alertmanager_args(cluster: Cluster, host_name: str,
     return args
 
 
+#: The mount points the node exporter's filesystem collector leaves out. Debian's and
+#: Ubuntu's package leaves out /mnt and /media as well (its default is
+#: ``^/(dev|proc|run|sys|mnt|media|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)``,
+#: as it logs at start), where the NVMe cache, CephFS, NFS and MinIO's drives are
+#: mounted: without this, none of them would be watched and MountMissing would fire
+#: for each (found on the testbed). Upstream's default, with /run whole.
+FILESYSTEM_EXCLUDE = "^/(dev|proc|run|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)"
+
+
 def node_exporter_args(cluster: Cluster, host_name: str,
                        data: Mapping[str, Any] | None = None) -> list[str]:
     v = _own(cluster, host_name, data)
@@ -801,8 +1052,21 @@ def node_exporter_args(cluster: Cluster, host_name: str,
         "--web.listen-address="
         + endpoint(node_address(cluster, host_name), v["monitoring_node_exporter_port"]),
         f"--collector.textfile.directory={v['monitoring_textfile_dir']}",
+        f"--collector.filesystem.mount-points-exclude={FILESYSTEM_EXCLUDE}",
         *[f"--collector.{c}" for c in collectors],
     ]
+
+
+def dcgm_exporter_args(cluster: Cluster, host_name: str,
+                       data: Mapping[str, Any] | None = None) -> list[str]:
+    """dcgm-exporter's command line (the drop-in's ExecStart): our counters file, the
+    node's address on the monitoring network only, the nvidia component's host engine
+    where it runs one (:func:`dcgm_hostengine`)."""
+    v = _own(cluster, host_name, data)
+    args = ["-f", DCGM_COUNTERS,
+            "-a", endpoint(node_address(cluster, host_name), v["monitoring_dcgm_exporter_port"])]
+    engine = dcgm_hostengine(cluster, host_name)
+    return args + (["-r", engine] if engine else [])
 
 
 def blackbox_args(cluster: Cluster, host_name: str,
@@ -847,6 +1111,21 @@ def estimated_gb(cluster: Cluster, days: int, interval: int) -> float:
 # ---------------------------------------------------------------------------
 
 
+def textfile_path(v: Mapping[str, Any], name: str) -> str:
+    """The path of the textfile ``name`` in the host's textfile directory (``v``: its
+    monitoring settings)."""
+    return f"{str(v['monitoring_textfile_dir']).rstrip('/')}/{name}"
+
+
+def check_textfiles(cluster: Cluster) -> dict[str, str]:
+    """Where `aicluster check --publish` writes its results: each monitoring host's
+    :data:`CHECK_TEXTFILE` in its textfile directory (host -> path); empty without a
+    monitoring host."""
+    return {name: textfile_path(layered("monitoring", cluster.hosts[name].data),
+                                CHECK_TEXTFILE)
+            for name in monitoring_hosts(cluster)}
+
+
 def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
     v = layered("monitoring", data)
     server = host_name in monitoring_hosts(cluster)
@@ -859,6 +1138,8 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "monitoring_dcgm_exporter_enabled": host_name in dcgm_hosts(cluster),
         "monitoring_dcgm_exporter_address": endpoint(node_address(cluster, host_name),
                                                      v["monitoring_dcgm_exporter_port"]),
+        "monitoring_dcgm_exporter_args": dcgm_exporter_args(cluster, host_name, data),
+        "monitoring_dcgm_exporter_binary": DCGM_EXPORTER_BINARY,
         "monitoring_ipmi_exporter_enabled": host_name in ipmi_hosts(cluster),
         "monitoring_ipmi_exporter_address": endpoint(node_address(cluster, host_name),
                                                      v["monitoring_ipmi_exporter_port"]),
@@ -871,7 +1152,15 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "monitoring_slurm_textfile": host_name in cluster.group("slurm_controller"),
         "monitoring_slurm_textfile_path": f"{str(v['monitoring_textfile_dir']).rstrip('/')}/"
                                           f"{SLURM_TEXTFILE}",
+        "monitoring_chrony_textfile_path": textfile_path(v, CHRONY_TEXTFILE),
+        "monitoring_chrony_script": CHRONY_SCRIPT,
+        "monitoring_nvme_textfile": bool(cluster.hosts[host_name].spec.hardware.nvme),
+        "monitoring_grafana_enabled": host_name in grafana_hosts(cluster),
     }
+    out.update(artifacts.derived_vars(cluster, host_name, "monitoring", data))
+    if server and out["monitoring_grafana_enabled"]:
+        out.update(grafana_vars(cluster, host_name, v, data,
+                                out["monitoring_artifact_files"]["grafana"]))
     if not server:
         return out
     out.update({
@@ -879,6 +1168,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         "monitoring_rules_dir": RULES_DIR,
         "monitoring_rule_files": rule_files(),
         "monitoring_secret_files": secret_files(cluster),
+        "monitoring_stamps": stamps(cluster),
         "monitoring_scrape_configs": scrape_configs(cluster, host_name, data),
         "monitoring_alertmanagers": alertmanager_targets(cluster, data),
         "monitoring_alertmanager_peers": alertmanager_peers(cluster, data),
@@ -903,7 +1193,7 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
 
 def validate(cluster: Cluster) -> list[str]:
     """monitoring's own checks of the inventory."""
-    errors: list[str] = []
+    errors: list[str] = artifacts.validate(cluster, "monitoring")  # its release pins
     for name, host in cluster.hosts.items():
         v = layered("monitoring", host.data)
         if v["monitoring_dcgm_exporter"] is True and not gpu_node(cluster, name):

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aicluster.fields import (
     AbsPath,
+    ArtifactPins,
     Port,
     SecretName,
     Size,
@@ -149,6 +150,8 @@ class Settings(ComponentSettings):
     monitoring_ipmi: bool
     #: None: on every NVIDIA GPU node.
     monitoring_dcgm_exporter: bool | None
+    #: "": the repository's newest, not pinned.
+    monitoring_dcgm_exporter_version: Version
     #: "": the distribution's.
     monitoring_node_exporter_version: Version
     monitoring_node_exporter_collectors: Annotated[
@@ -157,4 +160,17 @@ class Settings(ComponentSettings):
         listed_once()]
     monitoring_textfile_dir: AbsPath
     monitoring_grafana_admin_keys_name: SecretName
+    #: Grafana on this host (a monitoring host).
+    monitoring_grafana: bool
+    monitoring_grafana_version: Version
+    monitoring_grafana_release_base_url: Annotated[str, matches(
+        r"^https?://[^\s{}]*[^\s{}/]$",
+        "an http(s) URL with no trailing '/' (where Grafana's release files are)")]
+    monitoring_grafana_install_dir: AbsPath
+    monitoring_grafana_data_dir: AbsPath
+    monitoring_grafana_admin_user: Annotated[str, matches(
+        r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$",
+        "a Grafana login (letters, digits, '_', '.', '@', '-'; at most 64)")]
+    monitoring_grafana_admin_keys_bytes: Annotated[int, Field(ge=16, le=4096)]
+    monitoring_artifacts: ArtifactPins
     monitoring_blackbox_targets: Annotated[list[Probe], listed_once(lambda p: p.name)]
