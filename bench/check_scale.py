@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from noop_rerun import BIN, ENGINES, LOCK, RESULTS, ROOT, settle, timed
+from noop_rerun import BIN, ENGINES, LOCK, append_section, settle, timed
 
 INVENTORY = "inventories/testbed.py"
 #: iperf3's floor on the testbed, a fraction of the declared link speed (see bench()).
@@ -96,12 +96,7 @@ def record(results: list[dict], runs: int) -> None:
                       f"{hi['standard'] / lo['standard']:.2f}x for "
                       f"{hi['pairs'] / max(1, lo['pairs']):.0f}x the pairs and "
                       f"{hi['rounds'] / lo['rounds']:.0f}x the rounds."]
-    text = RESULTS.read_text()
-    head = "## `aicluster check` at scale (`bench/check_scale.py`)"
-    if head not in text:
-        text += f"\n{head}\n"
-    RESULTS.write_text(text + "\n".join(lines) + "\n")
-    print(f"recorded in {RESULTS.relative_to(ROOT)}")
+    append_section("## `aicluster check` at scale (`bench/check_scale.py`)", lines)
 
 
 def main() -> None:

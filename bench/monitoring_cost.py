@@ -34,7 +34,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from noop_rerun import BIN, ENGINES, LOCK, RESULTS, ROOT, timed
+from noop_rerun import BIN, ENGINES, LOCK, ROOT, append_section, timed
 
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -131,12 +131,7 @@ def record(results: list[dict], what: str) -> None:
         lines += ["", f"Prometheus per monitored node (its whole memory over the nodes, "
                       f"fixed cost included): {r['prom_rss'] / r['nodes'] / mib:.1f} MiB, "
                       f"{r['series'] / r['nodes']:.0f} series."]
-    text = RESULTS.read_text()
-    head = "## What monitoring costs (`bench/monitoring_cost.py`)"
-    if head not in text:
-        text += f"\n{head}\n"
-    RESULTS.write_text(text + "\n".join(lines) + "\n")
-    print(f"recorded in {RESULTS.relative_to(ROOT)}")
+    append_section("## What monitoring costs (`bench/monitoring_cost.py`)", lines)
 
 
 def main() -> None:

@@ -64,6 +64,16 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def append_section(head: str, lines: list[str]) -> None:
+    """Append *lines* (a dated section) under the heading *head* of docs/benchmarks.md,
+    the heading added at the end the first time."""
+    text = RESULTS.read_text()
+    if head not in text:
+        text += f"\n{head}\n"
+    RESULTS.write_text(text + "\n".join(lines) + "\n")
+    print(f"recorded in {RESULTS.relative_to(ROOT)}")
+
+
 def timed(args: list) -> tuple[float, str]:
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}

@@ -878,26 +878,27 @@ def _settings_errors(where: str, data: Mapping[str, Any]) -> list[str]:
     return errors
 
 
-def _component_checks(cluster: Cluster) -> list[str]:
-    """Each built component's own ``validate(cluster)`` (``aicluster.components.<c>.derive``,
-    found through the components' registry)."""
-    errors: list[str] = []
+def _from_components(function: str, cluster: Cluster) -> list[str]:
+    """What each built component's own ``function(cluster)`` says
+    (``aicluster.components.<c>.derive``, found through the components' registry), in
+    deploy order."""
+    lines: list[str] = []
     for component in COMPONENT_ORDER:
         module = derive_module(component)
-        if module is not None and hasattr(module, "validate"):
-            errors += module.validate(cluster)
-    return errors
+        if module is not None and hasattr(module, function):
+            lines += getattr(module, function)(cluster)
+    return lines
+
+
+def _component_checks(cluster: Cluster) -> list[str]:
+    """Each built component's own ``validate(cluster)``: its refusals."""
+    return _from_components("validate", cluster)
 
 
 def _component_warnings(cluster: Cluster) -> list[str]:
     """Each built component's own ``warnings(cluster)``: what its planning advice says
     of the plan without refusing it (printed by ``aicluster validate`` and every deploy)."""
-    warnings: list[str] = []
-    for component in COMPONENT_ORDER:
-        module = derive_module(component)
-        if module is not None and hasattr(module, "warnings"):
-            warnings += module.warnings(cluster)
-    return warnings
+    return _from_components("warnings", cluster)
 
 
 def derived_vars(cluster: Cluster, host_name: str) -> dict[str, Any]:

@@ -96,6 +96,7 @@ MUNGE_KEY = bytes(range(256)) * 4
 CEPH_SECRET = b"lab-plan-test-ceph-secret-".ljust(64, b".")
 K3S_TOKEN = "lab-plan-test-k3s-token-0123456789abcdef"
 MINIO_PASSWORD = "lab-plan-test-minio-password-0123456789"
+GRAFANA_PASSWORD = b"lab-plan-test-grafana-admin-password\n"
 
 
 # ---------------------------------------------------------------------------
@@ -223,6 +224,7 @@ def machine(tmp_path, monkeypatch):
     ceph_secret = tmp_path / "home" / ".local" / "share" / "aicluster" / "lab" / "ceph.secret"
     ceph_secret.parent.mkdir(parents=True)
     ceph_secret.write_bytes(CEPH_SECRET)
+    (ceph_secret.parent / "grafana-admin.secret").write_bytes(GRAFANA_PASSWORD)
     standins = tmp_path / "artifacts"
     standins.mkdir()
     return {"tmp": tmp_path, "secrets": secrets_dir, "standins": standins}

@@ -280,17 +280,24 @@ def _dcgm_exporter(v: dict[str, Any], family: str) -> None:
                     running=True, enabled=True)
 
 
+def _timer(v: dict[str, Any], what: str, unit_path: str, timer_path: str, timer_unit: str,
+           unit_note: str = "") -> None:
+    """A textfile collector's service and its timer (every minute), from the templates
+    named after them; systemd reloaded when either changed, the timer running."""
+    unit = put_template("monitoring", f"{unit_path.rsplit('/', 1)[1]}.j2", unit_path, v,
+                        name=f"The {what} textfile collector's unit{unit_note}")
+    timer = put_template("monitoring", f"{timer_path.rsplit('/', 1)[1]}.j2", timer_path, v,
+                         name=f"The {what} textfile collector's timer (every minute)")
+    systemd.daemon_reload(name=f"Reload systemd units (the {what} textfile collector changed)",
+                          _if=any_changed(unit, timer))
+    systemd.service(name=f"The {what} textfile collector's timer running and enabled",
+                    service=timer_unit, running=True, enabled=True)
+
+
 def _slurm_textfile(v: dict[str, Any]) -> None:
     put_template("monitoring", "aicluster-slurm-textfile.j2", SLURM_SCRIPT, v, mode="755",
                  name="The Slurm textfile collector (aicluster-slurm-textfile)")
-    unit = put_template("monitoring", "aicluster-slurm-textfile.service.j2", SLURM_UNIT, v,
-                        name="The Slurm textfile collector's unit")
-    timer = put_template("monitoring", "aicluster-slurm-textfile.timer.j2", SLURM_TIMER, v,
-                         name="The Slurm textfile collector's timer (every minute)")
-    systemd.daemon_reload(name="Reload systemd units (the Slurm textfile collector changed)",
-                          _if=any_changed(unit, timer))
-    systemd.service(name="The Slurm textfile collector's timer running and enabled",
-                    service=SLURM_TIMER_UNIT, running=True, enabled=True)
+    _timer(v, "Slurm", SLURM_UNIT, SLURM_TIMER, SLURM_TIMER_UNIT)
 
 
 def _collectors(v: dict[str, Any], family: str) -> None:
@@ -303,14 +310,8 @@ def _collectors(v: dict[str, Any], family: str) -> None:
     install_packages(f"Install the textfile collectors "
                      f"({', '.join(v['monitoring_collector_packages'])})",
                      v["monitoring_collector_packages"], family)
-    unit = put_template("monitoring", "aicluster-chrony-textfile.service.j2", CHRONY_UNIT, v,
-                        name="The chrony textfile collector's unit (chrony.py to chrony.prom)")
-    timer = put_template("monitoring", "aicluster-chrony-textfile.timer.j2", CHRONY_TIMER, v,
-                         name="The chrony textfile collector's timer (every minute)")
-    systemd.daemon_reload(name="Reload systemd units (the chrony textfile collector changed)",
-                          _if=any_changed(unit, timer))
-    systemd.service(name="The chrony textfile collector's timer running and enabled",
-                    service=CHRONY_TIMER_UNIT, running=True, enabled=True)
+    _timer(v, "chrony", CHRONY_UNIT, CHRONY_TIMER, CHRONY_TIMER_UNIT,
+           unit_note=" (chrony.py to chrony.prom)")
     if v["monitoring_nvme_textfile"]:
         enabled = systemd.service(name="The NVMe textfile collector's timer enabled "
                                        f"({NVME_TIMER_UNIT}, every 15 minutes)",
