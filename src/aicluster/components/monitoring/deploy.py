@@ -356,29 +356,21 @@ def _server(v: dict[str, Any], family: str, secrets: dict[str, str]) -> None:
     present = host.get_fact(GlobPaths, pattern=f"{RULES_DIR}/*.yml") or []
     rules += [files.file(name=f"Remove {path} (no longer in the alert pack)", path=path,
                          present=False) for path in present if path not in wanted]
-    prom_config = any_changed(config, *rules, *secret_ops)
-    prom_pending = _pending(v, "prometheus")
-    server.shell(
-        name="Check Prometheus' configuration and rules (promtool check config, check rules)",
-        commands=[f"promtool check config {PROMETHEUS_CONFIG}",
-                  f"promtool check rules {' '.join(wanted)}"],
-        _if=_either(prom_pending, any_changed(prom_args, config, *rules, *secret_ops)),
-    )
-    _restart_or_reload("Prometheus", PROMETHEUS_SERVICE, prom_args, prom_config,
-                       applied=(v["monitoring_stamps"]["prometheus"], prom_pending))
+    _take_up(v, "prometheus", "Prometheus", PROMETHEUS_SERVICE, prom_args,
+             [config, *rules, *secret_ops],
+             "Check Prometheus' configuration and rules (promtool check config, check rules)",
+             [f"promtool check config {PROMETHEUS_CONFIG}",
+              f"promtool check rules {' '.join(wanted)}"])
 
     # Alertmanager.
     am_args = put_template("monitoring", "prometheus-alertmanager.j2", ALERTMANAGER_DEFAULTS, v,
                            name=f"Alertmanager's command line ({ALERTMANAGER_DEFAULTS})")
     am_config = put_template("monitoring", "alertmanager.yml.j2", ALERTMANAGER_CONFIG, v,
                              name=f"Alertmanager's configuration ({ALERTMANAGER_CONFIG})")
-    am_changed = any_changed(am_config, *am_secret_ops)
-    am_pending = _pending(v, "alertmanager")
-    server.shell(name="Check Alertmanager's configuration (amtool check-config)",
-                 commands=[f"amtool check-config {ALERTMANAGER_CONFIG}"],
-                 _if=_either(am_pending, any_changed(am_args, am_config, *am_secret_ops)))
-    _restart_or_reload("Alertmanager", ALERTMANAGER_SERVICE, am_args, am_changed,
-                       applied=(v["monitoring_stamps"]["alertmanager"], am_pending))
+    _take_up(v, "alertmanager", "Alertmanager", ALERTMANAGER_SERVICE, am_args,
+             [am_config, *am_secret_ops],
+             "Check Alertmanager's configuration (amtool check-config)",
+             [f"amtool check-config {ALERTMANAGER_CONFIG}"])
 
     # The blackbox exporter.
     bb_args = put_template("monitoring", "prometheus-blackbox-exporter.j2", BLACKBOX_DEFAULTS, v,
@@ -399,14 +391,10 @@ def _server(v: dict[str, Any], family: str, secrets: dict[str, str]) -> None:
              "CAP_NET_RAW)",
         commands=[BLACKBOX_CAPS_REPAIR],
         _if=lambda: empty_caps or installed.did_change())
-    bb_pending = _pending(v, "blackbox")
-    server.shell(
-        name="Check the blackbox exporter's modules (--config.check)",
-        commands=[f"prometheus-blackbox-exporter --config.check --config.file={BLACKBOX_CONFIG}"],
-        _if=_either(bb_pending, any_changed(bb_args, bb_config)))
-    _restart_or_reload("the blackbox exporter", BLACKBOX_SERVICE, bb_args,
-                       any_changed(bb_config), also_restart=(dropin, repaired),
-                       applied=(v["monitoring_stamps"]["blackbox"], bb_pending))
+    _take_up(v, "blackbox", "the blackbox exporter", BLACKBOX_SERVICE, bb_args, [bb_config],
+             "Check the blackbox exporter's modules (--config.check)",
+             [f"prometheus-blackbox-exporter --config.check --config.file={BLACKBOX_CONFIG}"],
+             also_restart=(dropin, repaired))
 
 
 def _pending(v: dict[str, Any], name: str) -> bool:
@@ -423,14 +411,18 @@ def _either(pending: bool, changed):
     return lambda: pending or changed()
 
 
-def _restart_or_reload(label: str, service: str, args, config_changed,
-                       also_restart=(), applied=None) -> None:
-    """A changed command line (or unit drop-in, ``also_restart``) restarts the daemon; a
-    changed configuration (and nothing restarted) reloads it. Both run after the check,
-    which stops the host when it fails. ``applied`` (its stamp, derive.stamps, and
-    whether its files were pending): a daemon whose files a stopped run left unapplied
-    is restarted, and once it has taken its files up the stamp records them."""
-    stamp, pending = applied
+def _take_up(v: dict[str, Any], name: str, label: str, service: str, args, config: list,
+             check_name: str, check: list[str], also_restart=()) -> None:
+    """A daemon takes up its files: whatever changed (its command line ``args``, its
+    ``config`` operations) is checked on the node first (the ``check`` commands, which
+    stop the host when they fail); then a changed command line (or unit drop-in,
+    ``also_restart``) restarts the daemon and a changed configuration (and nothing
+    restarted) reloads it. A daemon whose files a stopped run left unapplied (its stamp,
+    derive.stamps, :func:`_pending`) is checked and restarted, and once it has taken its
+    files up the stamp records them."""
+    stamp, pending = v["monitoring_stamps"][name], _pending(v, name)
+    config_changed = any_changed(*config)
+    server.shell(name=check_name, commands=check, _if=_either(pending, any_changed(args, *config)))
     restart = _either(pending, any_changed(args, *also_restart))
     systemd.service(name=f"Restart {label} (its command line changed, or a run stopped "
                          "before it took its files up)", service=service,
