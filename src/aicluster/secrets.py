@@ -18,8 +18,11 @@ controller before it copies the file to the nodes).
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
+import hmac
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +108,33 @@ def read_secret(
     if not value:
         raise SecretError(f"secrets.{name}: the environment variable {variable} is not set")
     return value.encode()
+
+
+def password_from_secret(
+    ref: Mapping[str, Any], name: str, size: int, *, fits: Callable[[str], bool],
+    what: str, context: bytes, length: int, dry: bool = False,
+) -> str:
+    """A password from the secret ``name`` (``ref``, its reference): the secret itself
+    when it is one printable line of text that ``fits``; derived from it (HMAC-SHA256
+    keyed by the secret over ``context``, base64url, ``length`` characters) when it is
+    random bytes: a file of ``size`` bytes generated on first use (not in a *dry* run).
+    A line of text that does not fit is refused, saying it is not ``what``. Raises
+    SecretError naming the secret, never its value."""
+    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size), dry=dry)
+    try:
+        text: str | None = secret.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None:
+        line = text.rstrip("\r\n")
+        if line.isprintable():
+            if fits(line):
+                return line
+            raise SecretError(
+                f"secrets.{name}: is text but not {what}; give such a password, or a file "
+                "of random bytes to derive one from")
+    raw = hmac.new(secret, context, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")[:length]
 
 
 def main(argv: list[str] | None = None) -> int:

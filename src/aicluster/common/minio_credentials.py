@@ -45,7 +45,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from aicluster.secrets import SecretError, read_secret
+from aicluster.secrets import password_from_secret
 from aicluster.secrets import secret_ref as _secret_ref
 
 #: What MinIO accepts as a root password (secret key): 8 to 40 characters; ours also
@@ -73,23 +73,10 @@ def root_password(ref: Mapping[str, Any], name: str, size: int, dry: bool = Fals
     of 8-40 letters, digits and ``. _ ~ -``; derived from it when it is random bytes
     (a generated file; not generated in a *dry* run). Raises SecretError naming the
     secret, never its value."""
-    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size), dry=dry)
-    try:
-        text = secret.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None:
-        line = text.rstrip("\r\n")
-        if line.isprintable():
-            if PASSWORD_RE.match(line):
-                return line
-            raise SecretError(
-                f"secrets.{name}: is text but not a MinIO root password (8-40 letters, "
-                "digits, '.', '_', '~', '-'); give such a password, or a file of random "
-                "bytes to derive one from"
-            )
-    raw = hmac.new(secret, PASSWORD_CONTEXT, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")[:40]
+    return password_from_secret(
+        ref, name, size, fits=lambda line: bool(PASSWORD_RE.match(line)),
+        what="a MinIO root password (8-40 letters, digits, '.', '_', '~', '-')",
+        context=PASSWORD_CONTEXT, length=40, dry=dry)
 
 
 def _b64url(data: bytes) -> str:

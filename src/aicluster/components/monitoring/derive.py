@@ -21,9 +21,6 @@ choice against the component's own.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import math
 import re
 import shlex
@@ -39,7 +36,7 @@ from aicluster.common.settings import differs_from_first, layered, merge_config,
 from aicluster.common.stamps import applied_command, stamp_command
 from aicluster.components.monitoring.dashboards import DATASOURCE_UID, dashboard_files
 from aicluster.inventory import Cluster
-from aicluster.secrets import SecretError, read_secret
+from aicluster.secrets import password_from_secret, read_secret
 from aicluster.secrets import secret_ref as _secret_ref
 
 CONFIG_DIR = "/etc/prometheus"
@@ -52,7 +49,7 @@ RULES_DIR = f"{CONFIG_DIR}/rules/aicluster"
 #: a receiver's webhook URL or SMTP password, MinIO's metrics token.
 SECRETS_DIR = f"{CONFIG_DIR}/secrets"
 #: Where a monitoring host records the digest of the files each of its daemons last
-#: took up (deploy._restart_or_reload; Ansible's server.yml the same), one file each.
+#: took up (deploy._take_up; Ansible's server.yml the same), one file each.
 #: Bookkeeping, not data, and kept when monitoring is taken off (a host given it again
 #: rewrites its files, which takes them up and records them again).
 STAMP_DIR = "/var/lib/aicluster/monitoring"
@@ -868,22 +865,10 @@ def grafana_admin_password(ref: Mapping[str, Any], name: str, size: int,
     of text (8 to 128 printable characters, no space at either end); derived from it
     when it is random bytes (the file generated on the first deploy; not generated in
     a *dry* run). Raises SecretError naming the secret, never its value."""
-    secret = read_secret({name: dict(ref)}, name, generate_bytes=int(size), dry=dry)
-    try:
-        text: str | None = secret.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None:
-        line = text.rstrip("\r\n")
-        if line.isprintable():
-            if 8 <= len(line) <= 128 and line == line.strip():
-                return line
-            raise SecretError(
-                f"secrets.{name}: is text but not a Grafana admin password (one line of 8 "
-                "to 128 characters, no space at either end); give such a password, or a "
-                "file of random bytes to derive one from")
-    raw = hmac.new(secret, GRAFANA_PASSWORD_CONTEXT, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")[:32]
+    return password_from_secret(
+        ref, name, size, fits=lambda line: 8 <= len(line) <= 128 and line == line.strip(),
+        what="a Grafana admin password (one line of 8 to 128 characters, no space at "
+             "either end)", context=GRAFANA_PASSWORD_CONTEXT, length=32, dry=dry)
 
 
 def grafana_vars(cluster: Cluster, host_name: str, v: Mapping[str, Any],
