@@ -133,13 +133,11 @@ from aicluster.secrets import SecretError
 
 #: The account Debian's packages run Prometheus and Alertmanager as.
 USER = "prometheus"
-#: apt-get moving the node exporter to the pinned version (up or down), keeping our
-#: /etc/default file (as pyinfra's and Ansible's apt do).
+#: apt-get moving an exporter's {package} to its pinned version (up or down), keeping our
+#: files under /etc (as pyinfra's and Ansible's apt do).
 UPGRADE = ("DEBIAN_FRONTEND=noninteractive apt-get install -y --allow-downgrades "
            "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "
-           "prometheus-node-exporter")
-#: The same for dcgm-exporter (monitoring_dcgm_exporter_version).
-DCGM_UPGRADE = UPGRADE.replace("prometheus-node-exporter", "datacenter-gpu-manager-exporter")
+           "{package}")
 
 
 class _Secret(StringIO):
@@ -194,24 +192,11 @@ def deploy() -> None:
 
 
 def _agents(v: dict[str, Any], family: str) -> None:
-    pin = str(v["monitoring_node_exporter_version"] or "")
-    if pin:
-        put_template("monitoring", "aicluster-monitoring.pref.j2", NODE_EXPORTER_PIN, v,
-                     name=f"Pin the node exporter at {pin}")
-    else:
-        files.file(name="No node exporter version pin", path=NODE_EXPORTER_PIN, present=False)
     ipmi = bool(v["monitoring_ipmi_exporter_enabled"])
     packages = [*v["monitoring_node_packages"], *(v["monitoring_ipmi_packages"] if ipmi else [])]
-    installed = sorted((host.get_fact(DebPackages) or {}).get(NODE_EXPORTER_SERVICE) or [])
-    install_packages(f"Install {', '.join(packages)}", packages, family)
-    upgraded = None
-    if installed and not any(version_matches(i, pin) for i in installed):
-        upgraded = server.shell(
-            name=f"Move the node exporter {installed[-1]} to {pin} "
-                 "(monitoring_node_exporter_version)",
-            commands=[UPGRADE],
-            **NETWORK_ARGS,
-        )
+    upgraded = _pinned_install(v, family, "the node exporter", "node exporter",
+                               "monitoring_node_exporter_version", "aicluster-monitoring.pref.j2",
+                               NODE_EXPORTER_PIN, NODE_EXPORTER_SERVICE, packages)
     args = put_template("monitoring", "prometheus-node-exporter.j2", NODE_EXPORTER_DEFAULTS, v,
                         name=f"The node exporter's command line ({NODE_EXPORTER_DEFAULTS})")
     files.directory(name=f"The textfile directory {v['monitoring_textfile_dir']}",
@@ -239,28 +224,34 @@ def _agents(v: dict[str, Any], family: str) -> None:
     _collectors(v, family)
 
 
+def _pinned_install(v: dict[str, Any], family: str, label: str, bare: str, setting: str,
+                    pref_template: str, pin_path: str, package: str, packages: list[str]):
+    """An exporter's package at the version ``setting`` pins (an apt preference at
+    ``pin_path``; none when the setting is empty), installed with ``packages``; a node
+    that has another version is moved to the pin (up or down, keeping our files). The
+    move's operation (its restart's cause), or None when there is none."""
+    pin = str(v[setting] or "")
+    if pin:
+        put_template("monitoring", pref_template, pin_path, v, name=f"Pin {label} at {pin}")
+    else:
+        files.file(name=f"No {bare} version pin", path=pin_path, present=False)
+    installed = sorted((host.get_fact(DebPackages) or {}).get(package) or [])
+    install_packages(f"Install {', '.join(packages)}", packages, family)
+    if not installed or any(version_matches(i, pin) for i in installed):
+        return None
+    return server.shell(name=f"Move {label} {installed[-1]} to {pin} ({setting})",
+                        commands=[UPGRADE.format(package=package)], **NETWORK_ARGS)
+
+
 def _dcgm_exporter(v: dict[str, Any], family: str) -> None:
     """dcgm-exporter: NVIDIA's package (from the CUDA repository the nvidia component
     configures) at monitoring_dcgm_exporter_version, our counters file, and a drop-in
     giving NVIDIA's unit our command line. A changed command line, counters file or
     version restarts dcgm-exporter alone."""
-    pin = str(v["monitoring_dcgm_exporter_version"] or "")
-    if pin:
-        put_template("monitoring", "aicluster-dcgm-exporter.pref.j2", DCGM_EXPORTER_PIN, v,
-                     name=f"Pin dcgm-exporter at {pin}")
-    else:
-        files.file(name="No dcgm-exporter version pin", path=DCGM_EXPORTER_PIN, present=False)
-    installed = sorted((host.get_fact(DebPackages) or {}).get(DCGM_EXPORTER_PACKAGE) or [])
-    install_packages(f"Install {', '.join(v['monitoring_dcgm_packages'])}",
-                     v["monitoring_dcgm_packages"], family)
-    upgraded = None
-    if installed and not any(version_matches(i, pin) for i in installed):
-        upgraded = server.shell(
-            name=f"Move dcgm-exporter {installed[-1]} to {pin} "
-                 "(monitoring_dcgm_exporter_version)",
-            commands=[DCGM_UPGRADE],
-            **NETWORK_ARGS,
-        )
+    upgraded = _pinned_install(v, family, "dcgm-exporter", "dcgm-exporter",
+                               "monitoring_dcgm_exporter_version",
+                               "aicluster-dcgm-exporter.pref.j2", DCGM_EXPORTER_PIN,
+                               DCGM_EXPORTER_PACKAGE, v["monitoring_dcgm_packages"])
     files.directory(name=f"dcgm-exporter's configuration directory {DCGM_EXPORTER_CONFIG_DIR}",
                     path=DCGM_EXPORTER_CONFIG_DIR)
     counters = files.put(name=f"dcgm-exporter's counters ({DCGM_COUNTERS})",
