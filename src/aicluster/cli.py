@@ -149,7 +149,8 @@ def artifacts_fetch(inventory: str, dest: str | None, progress: bool | None) -> 
 @click.option("--limit", default="", metavar="NODE[,NODE...]",
               help="Check only these nodes (pair tests among them).")
 @click.option("--layer", "layers", multiple=True,
-              type=click.Choice(["nodes", "network", "infiniband", "gpu", "storage", "stacks"]),
+              type=click.Choice(["nodes", "network", "infiniband", "gpu", "storage", "stacks",
+                                 "monitoring"]),
               help="Only these layers (repeat the option); SSH reachability always runs.")
 @click.option("--json", "json_out", metavar="FILE", help="Write the results as JSON "
               "(result.schema.json) to FILE; - for standard output instead of the table.")

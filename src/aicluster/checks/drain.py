@@ -5,7 +5,9 @@ A failed node is drained with the reason ``aicluster: <check>[, <check> ...]``. 
 later run, a node drained with a reason of that prefix that passes every check is
 resumed; a node drained by anyone else (another reason) is never touched, neither
 drained again with our reason nor resumed. Only nodes in ``slurm_workers`` that this
-run checked are considered; ``scontrol`` runs on the first Slurm controller.
+run checked are considered; ``scontrol`` runs on the first Slurm controller. The
+monitoring layer's results never drain a node: a node that is not watched still runs
+jobs.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from aicluster.checks.runner import Transport
 from aicluster.checks.stacks import SINFO_COMMAND, SLURM_DRAINED, parse_sinfo, slurm_state
 
 PREFIX = "aicluster: "
+#: Layers whose failures say nothing of whether a node can run jobs.
+NEVER_DRAIN = frozenset({"monitoring"})
 
 
 def parse_states(text: str) -> dict[str, tuple[str, str]]:
@@ -38,7 +42,7 @@ def failures(results: Iterable[Result]) -> dict[str, list[str]]:
     blamed for after a re-test against a node that passed."""
     out: dict[str, list[str]] = {}
     for r in results:
-        if r.status not in (Status.FAIL, Status.TIMEOUT):
+        if r.status not in (Status.FAIL, Status.TIMEOUT) or r.layer in NEVER_DRAIN:
             continue
         node = r.node if r.pair is None else r.details.get("blamed")
         if node and r.check not in out.setdefault(node, []):

@@ -10,7 +10,7 @@ from aicluster.checks.context import Context
 from aicluster.checks.runner import PairCheck, Probe
 
 #: The layers, in the order their results are planned (and broken ties are listed).
-LAYERS = ("nodes", "network", "infiniband", "gpu", "storage", "stacks")
+LAYERS = ("nodes", "network", "infiniband", "gpu", "storage", "stacks", "monitoring")
 
 
 def layer(name: str) -> ModuleType:
