@@ -148,6 +148,20 @@ def serve():
 pytestmark = pytest.mark.skipif(shutil.which("python3") is None, reason="python3")
 
 TARGETS = "/api/v1/targets?state=active"
+PROBES = "/api/v1/query?query=probe_success"
+#: node2's fabric MTU set to 1500 on the lab: its full-MTU ping fails, the rest succeed.
+PROBES_MTU = "prometheus-2.42-probe-success-node2-mtu1500.json"
+
+
+def probes_ok() -> dict:
+    """Captured on the lab after a deploy: every probe succeeding."""
+    return fixture("prometheus-2.42-probe-success.json")
+
+
+def prometheus_answering(serve, targets: dict | None = None, probes: dict | None = None,
+                         **routes) -> str:
+    return serve({TARGETS: targets or fixture("prometheus-2.42-targets.json"),
+                  PROBES: probes or probes_ok(), **routes})
 WATCHDOG = "/api/v2/alerts?filter=alertname%3D%22Watchdog%22"
 
 
@@ -164,12 +178,14 @@ def lab_targets(*keep: str) -> list[dict[str, str]]:
     out = []
     for name in keep:
         job, _, rest = name.partition(":")
-        address, module = rest, ""
+        address, module, probe = rest, "", ""
         if job.startswith("blackbox"):
             address, _, module = rest.rpartition("|")
+            probe = "icmp_df" if module.startswith("icmp_df") else (
+                "icmp" if module == "icmp" else "")
         node = "node2" if "10.213.0.12" in address or "10.213.1.12" in address else "node1"
-        out.append({"job": job, "address": address, "module": module, "node": node,
-                    "what": f"{job} {address}"})
+        out.append({"job": job, "address": address, "module": module, "probe": probe,
+                    "node": node, "what": f"{job} {address} {probe}".strip()})
     return out
 
 
@@ -191,7 +207,7 @@ def with_target(body: dict, address: str, **changes) -> dict:
 
 
 def test_every_target_of_the_capture_up_passes_per_node(serve):
-    prometheus = serve({TARGETS: fixture("prometheus-2.42-targets.json")})
+    prometheus = prometheus_answering(serve)
     results = run("targets", lambda done: monitoring.judge_targets(
         EXPECTED, "node1", ["node1", "node2"], 0, done), prometheus=prometheus)
     assert [(r.node, r.status, r.value, r.threshold) for r in results] == [
@@ -207,38 +223,51 @@ def test_a_newer_prometheus_discovered_labels_are_read_the_same(serve):
         target = t["discoveredLabels"].pop("__param_target", None)
         if target:
             t["discoveredLabels"]["__address__"] = target
-    prometheus = serve({TARGETS: body})
+    prometheus = prometheus_answering(serve, targets=body)
     results = run("targets", lambda done: monitoring.judge_targets(
         EXPECTED, "node1", ["node1", "node2"], 0, done), prometheus=prometheus)
     assert [r.status for r in results] == [Status.PASS, Status.PASS]
 
 
 def test_an_exporter_down_fails_its_node_with_the_scrape_error(serve):
-    error = ('Get "http://10.213.0.12:9100/metrics": dial tcp 10.213.0.12:9100: connect: '
-             "connection refused")
-    body = with_target(fixture("prometheus-2.42-targets.json"), "10.213.0.12:9100",
-                       health="down", lastError=error)
-    prometheus = serve({TARGETS: body})
+    # Captured on the lab with node2's node exporter stopped.
+    body = fixture("prometheus-2.42-targets-node2-exporter-stopped.json")
+    prometheus = prometheus_answering(serve, targets=body)
     results = run("targets", lambda done: monitoring.judge_targets(
         EXPECTED, "node1", ["node1", "node2"], 0, done), prometheus=prometheus)
     node1, node2 = results
     assert node1.status is Status.PASS
     assert node2.status is Status.FAIL and node2.action is Action.RESTART_SERVICE
     assert node2.value == 3 and node2.threshold == 4
-    assert "node2: down in the Prometheus on node1" in node2.message
-    assert "connection refused" in node2.message
-    assert node2.details["down"] == [{"job": "node", "target": "10.213.0.12:9100",
-                                      "error": error}]
+    assert "node2: down in the Prometheus on node1: node 10.213.0.12:9100" in node2.message
+    assert node2.details["down"] == [{
+        "job": "node", "target": "10.213.0.12:9100",
+        "error": 'Get "http://10.213.0.12:9100/metrics": dial tcp 10.213.0.12:9100: '
+                 "connect: connection refused"}]
 
 
-def test_a_probe_down_is_investigated_not_restarted(serve):
-    body = with_target(fixture("prometheus-2.42-targets.json"), "10.213.1.12",
-                       health="down", lastError="probe failed")
-    prometheus = serve({TARGETS: body})
-    [_, node2] = run("targets", lambda done: monitoring.judge_targets(
+def test_a_failed_probe_is_down_though_the_blackbox_exporter_answered(serve):
+    # Captured on the lab with node2's fabric MTU at 1500: every target up (the blackbox
+    # exporter answers), the full-MTU ping's probe_success 0.
+    prometheus = prometheus_answering(serve, probes=fixture(PROBES_MTU))
+    [node1, node2] = run("targets", lambda done: monitoring.judge_targets(
         EXPECTED, "node1", ["node1", "node2"], 0, done), prometheus=prometheus)
+    assert node1.status is Status.PASS
     assert node2.status is Status.FAIL and node2.action is Action.INVESTIGATE
-    assert [d["target"] for d in node2.details["down"]] == ["10.213.1.12", "10.213.1.12"]
+    assert node2.details["down"] == [{"job": "blackbox_icmp", "target": "10.213.1.12",
+                                      "error": "the probe failed (probe_success 0)"}]
+    assert "blackbox_icmp 10.213.1.12 icmp_df (10.213.1.12): the probe failed" in node2.message
+
+
+def test_a_probe_without_probe_success_is_down(serve):
+    body = probes_ok()
+    body["data"]["result"] = [r for r in body["data"]["result"]
+                              if r["metric"].get("service") != "k3s_api"]
+    prometheus = prometheus_answering(serve, probes=body)
+    [node1, _] = run("targets", lambda done: monitoring.judge_targets(
+        EXPECTED, "node1", ["node1", "node2"], 0, done), prometheus=prometheus)
+    assert node1.status is Status.FAIL
+    assert node1.details["down"][0]["error"] == "no probe_success from its scrape"
 
 
 def test_a_target_prometheus_does_not_have_asks_for_a_deploy(serve):
@@ -247,7 +276,7 @@ def test_a_target_prometheus_does_not_have_asks_for_a_deploy(serve):
     body = fixture("prometheus-2.42-targets.json")
     body["data"]["activeTargets"] = [
         t for t in body["data"]["activeTargets"] if t["scrapePool"] != "blackbox_icmp"]
-    prometheus = serve({TARGETS: body})
+    prometheus = prometheus_answering(serve, targets=body)
     [node1, node2] = run("targets", lambda done: monitoring.judge_targets(
         EXPECTED, "node1", ["node1", "node2"], 0, done), prometheus=prometheus)
     assert node1.status is Status.PASS
@@ -264,14 +293,14 @@ def test_the_client_waits_for_the_next_scrape_and_judges_that(serve):
     later = copy.deepcopy(fixture("prometheus-2.42-targets.json"))
     for t in later["data"]["activeTargets"]:
         t["lastScrape"] = "2026-12-03T22:13:00Z"
-    prometheus = serve({TARGETS: lambda n: first if n == 1 else later})
+    prometheus = prometheus_answering(serve, **{TARGETS: lambda n: first if n == 1 else later})
     results = run("targets", lambda done: monitoring.judge_targets(
         EXPECTED, "node1", ["node1", "node2"], 20, done), wait=20, prometheus=prometheus)
     assert [r.status for r in results] == [Status.PASS, Status.PASS]
 
 
 def test_a_target_not_scraped_again_within_the_wait_is_a_warning(serve):
-    prometheus = serve({TARGETS: fixture("prometheus-2.42-targets.json")})
+    prometheus = prometheus_answering(serve)
     results = run("targets", lambda done: monitoring.judge_targets(
         EXPECTED, "node1", ["node1"], 1, done), wait=1, prometheus=prometheus)
     [node1] = results

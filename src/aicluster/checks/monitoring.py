@@ -5,9 +5,11 @@ Prometheus, Alertmanager and Grafana asked over their own HTTP APIs (quick).
   Prometheus (``derive.scrape_configs``: each node's exporters, the services' probes,
   the ICMP probes of every cluster network) is scraped there and up, one result per
   node the targets are about, judged on scrapes made since the probe began (the probe
-  waits for each target's next scrape, within two intervals). A target Prometheus does
-  not have means its configuration is not the deploy's (the example configuration of
-  the package, a run that stopped); a target down names its last scrape error.
+  waits for each target's next scrape, within two intervals): an exporter answers, a
+  service's probe or a ping succeeds (``probe_success``: a probe's target is up
+  whenever the blackbox exporter answers). A target Prometheus does not have means its
+  configuration is not the deploy's (the example configuration of the package, a run
+  that stopped); a target down names its last scrape error.
 - ``monitoring.rules``: every alert and recording rule of the alert pack
   (roles/monitoring/files/rules) is loaded and evaluates without an error.
 - ``monitoring.alertmanager``: the host's Alertmanager answers, its Prometheus sends to
@@ -110,7 +112,14 @@ def targets():
             # judged on that last scrape, and named.
             for t in out:
                 t["stale"] = wait > 0 and first.get(key(t)) == t["last"]
-            return {"targets": out}
+            # A probe's target is up when the blackbox exporter answered: whether the
+            # probe itself succeeded is its probe_success, from that same scrape.
+            got = get(spec["prometheus"], "/api/v1/query?query=probe_success")["data"]
+            probes = [{"job": r["metric"].get("job", ""),
+                       "instance": r["metric"].get("instance", ""),
+                       "probe": r["metric"].get("probe", ""), "value": r["value"][1]}
+                      for r in got["result"]]
+            return {"targets": out, "probes": probes}
 
 def rules():
     while True:
@@ -207,8 +216,10 @@ EXPORTERS = frozenset(JOB_WHAT)
 def expected_targets(cluster, prober: str) -> list[dict[str, str]]:
     """Every target the Prometheus on ``prober`` scrapes (the deploy's scrape_configs):
     ``job``, ``address`` (what Prometheus discovers, before relabelling), ``module``
-    (a probe's blackbox module), ``node`` (the node it is about: the prober for a probe
-    of an address outside the cluster) and ``what``, for the messages."""
+    (a probe's blackbox module), ``probe`` (its ``probe`` label: icmp or icmp_df, which
+    tell two pings of one address apart in probe_success), ``node`` (the node it is
+    about: the prober for a probe of an address outside the cluster) and ``what``, for
+    the messages."""
     out = []
     for job in derive.scrape_configs(cluster, prober):
         for group in job["static_configs"]:
@@ -223,6 +234,7 @@ def expected_targets(cluster, prober: str) -> list[dict[str, str]]:
                 else:
                     what = f"the {labels.get('service') or module} probe of {address}"
                 out.append({"job": job["job_name"], "address": address, "module": module,
+                            "probe": labels.get("probe", ""),
                             "node": labels.get("node") or prober, "what": what})
     return out
 
@@ -238,6 +250,7 @@ def judge_targets(expected: list[dict[str, str]], prober: str, nodes: list[str],
     if "error" in got:
         return [_unanswered(check, prober, "Prometheus", got["error"])]
     active = {(t["job"], t["address"], t["module"]): t for t in got["targets"]}
+    probed = {(p["job"], p["instance"], p["probe"]): p["value"] for p in got["probes"]}
     subject = f"prometheus on {prober}"
     results = []
     for node in nodes:
@@ -251,6 +264,10 @@ def judge_targets(expected: list[dict[str, str]], prober: str, nodes: list[str],
                 absent.append(t)
             elif seen["health"] == "down":
                 down.append({**t, "error": seen["error"]})
+            elif t["module"] and probed.get((t["job"], t["address"], t["probe"])) != "1":
+                value = probed.get((t["job"], t["address"], t["probe"]))
+                down.append({**t, "error": "the probe failed (probe_success 0)" if value
+                             else "no probe_success from its scrape"})
             elif seen["health"] != "up" or seen.get("stale"):
                 unscraped.append({**t, "last": seen.get("last") or "never"})
         up = len(mine) - len(absent) - len(down) - len(unscraped)
