@@ -19,8 +19,13 @@ PIN_BRANCH = "nvidia-driver-pinning-590"
 PIN_VERSION = f"nvidia-driver-pinning-{VERSION}"
 
 
-def _run(tmp_path: Path, known: list[str], *args: str) -> tuple[subprocess.CompletedProcess,
-                                                              list[str]]:
+#: What the Debian archive (main and contrib) has beside NVIDIA's repository: the running
+#: kernel's headers, contrib's glx-alternative-nvidia.
+ARCHIVE = ["linux-headers-6.8.0-45-generic", "glx-alternative-nvidia"]
+
+
+def _run(tmp_path: Path, known: list[str], *args: str, archive: list[str] = ARCHIVE,
+         distro: str = "debian") -> tuple[subprocess.CompletedProcess, list[str]]:
     v = {**defaults("nvidia"), **os_vars("nvidia", "Debian"), "inventory_hostname": "gpu1",
          "nvidia_driver_branch": "590", "nvidia_driver_version": VERSION,
          "nvidia_expected_gpus": 8}
@@ -33,7 +38,8 @@ def _run(tmp_path: Path, known: list[str], *args: str) -> tuple[subprocess.Compl
             (bindir / tool).symlink_to(shutil.which(tool))
     log = tmp_path / "log"
     module = tmp_path / "module-version"
-    (tmp_path / "repository").write_text("".join(f"{p}\n" for p in known))
+    (tmp_path / "repository").write_text("".join(f"{p}\n" for p in [*known, *archive]))
+    (tmp_path / "os-release").write_text(f"ID={distro}\n")
     sh = shutil.which("sh")
     stubs = {
         # The repository knows the packages listed in `repository`.
@@ -53,7 +59,9 @@ def _run(tmp_path: Path, known: list[str], *args: str) -> tuple[subprocess.Compl
         (bindir / tool).write_text(f"#!{sh}\n{body}\n")
         (bindir / tool).chmod(0o755)
     proc = subprocess.run([str(bindir / "sh"), str(script), *args], capture_output=True,
-                          text=True, env={"PATH": str(bindir)}, timeout=60)
+                          text=True, timeout=60, env={
+                              "PATH": str(bindir),
+                              "AICLUSTER_OS_RELEASE": str(tmp_path / "os-release")})
     return proc, (log.read_text().splitlines() if log.exists() else [])
 
 
@@ -100,3 +108,29 @@ def test_pin_alone(tmp_path):
     proc, calls = _run(tmp_path, [PIN_BRANCH], "pin", PIN_VERSION, PIN_BRANCH)
     assert proc.returncode == 0, proc.stderr
     assert _installed(calls) == [PIN_BRANCH]
+
+
+def test_the_running_kernels_headers_missing_stops_before_anything_changes(tmp_path):
+    """Debian dropped the running kernel's packages at a point release: nothing is
+    installed or released, and the message says to upgrade the kernel first."""
+    proc, calls = _run(tmp_path, [PIN_BRANCH, "nvidia-open"], *INSTALL,
+                       archive=["glx-alternative-nvidia"])
+    assert proc.returncode == 1
+    assert calls == []
+    assert "gpu1: the headers of the running kernel 6.8.0-45-generic" in proc.stderr
+    assert "upgrade the kernel" in proc.stderr
+
+
+def test_debian_without_contrib_stops_before_anything_changes(tmp_path):
+    """NVIDIA's Debian packages depend on contrib's (NVIDIA's instructions add contrib):
+    without it nothing is installed, and the message says to add it. Ubuntu has no such
+    area: the same sources pass there."""
+    proc, calls = _run(tmp_path, [PIN_BRANCH, "nvidia-open"], *INSTALL,
+                       archive=["linux-headers-6.8.0-45-generic"])
+    assert proc.returncode == 1 and calls == []
+    assert "gpu1: Debian's contrib area is not in the apt sources" in proc.stderr
+    assert "add-apt-repository contrib" in proc.stderr
+    (tmp_path / "ubuntu").mkdir()
+    proc, calls = _run(tmp_path / "ubuntu", [PIN_BRANCH, "nvidia-open"], *INSTALL,
+                       archive=["linux-headers-6.8.0-45-generic"], distro="ubuntu")
+    assert proc.returncode == 0, proc.stderr

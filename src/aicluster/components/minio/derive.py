@@ -317,6 +317,8 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
         ],
         "minio_drive_list": my_drives,
         "minio_device_list": [d["device"] for d in devices],
+        # What the unit waits for (RequiresMountsFor): the drives the deploy mounts.
+        "minio_mounted_drives": [d["path"] for d in devices],
         "minio_directory_list": directories,
         "minio_request": request,
         "minio_bucket_list": buckets,
