@@ -17,9 +17,10 @@ def _gpu_worker(n: int) -> tuple[str, dict]:
         f"gpu{n}",
         {
             "ssh_hostname": f"10.10.0.{20 + n}",
-            # gpu1 runs the fabric's opensm, gpu2 the standby (the highest priority is
-            # the master; docs/components/infiniband.md).
-            **({"infiniband_opensm_priority": 16 - n} if n <= 2 else {}),
+            # gpu1 runs the fabric's opensm, gpu3 the standby (the highest priority is
+            # the master; docs/components/infiniband.md): in different batches of a
+            # driver change (nvidia_upgrade_batch_size 2), never rebooted together.
+            **({"infiniband_opensm_priority": 16 - n} if n in (1, 3) else {}),
             # A custom Ray resource: tasks asking for it land on NVSwitch nodes.
             "ray_resources": {"nvswitch": 1},
             "hardware": {

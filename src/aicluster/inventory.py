@@ -1107,7 +1107,56 @@ def _warnings(cluster: Cluster) -> list[str]:
             "slurm_controller has one host: it is a single point of failure "
             "(name a second host for a backup controller)"
         )
+    warnings += _shared_gpus(cluster, gpu_hosts)
+    warnings += _subnet_managers_in_one_batch(cluster, gpu_hosts)
     return warnings
+
+
+#: The groups that hand a node's GPUs out, each as its own: what each calls them.
+GPU_SCHEDULERS = (
+    (("slurm_workers",), "Slurm (GRES)"),
+    (("ray_head", "ray_workers"), "Ray (--num-gpus)"),
+    (("k3s_servers", "k3s_agents"), "k3s (nvidia.com/gpu)"),
+    (("ollama",), "Ollama"),
+)
+
+
+def _shared_gpus(cluster: Cluster, gpu_hosts: list[str]) -> list[str]:
+    """A GPU node given to more than one scheduler: each hands out all its GPUs as its
+    own, and none fences the others (Slurm's ConstrainDevices fences Slurm's jobs only)."""
+    out = []
+    for name in gpu_hosts:
+        given = [what for groups, what in GPU_SCHEDULERS
+                 if any(name in cluster.group(g) for g in groups)]
+        if len(given) > 1:
+            count = cluster.hosts[name].spec.hardware.gpus.count
+            out.append(
+                f"host {name!r}: groups: its {count} GPUs are handed out by "
+                f"{', '.join(given)} at once, each as its own: a job given all of them by "
+                f"one finds the others' processes on them (memory, compute); give each GPU "
+                f"node one of them, or keep the others off its GPUs")
+    return out
+
+
+def _subnet_managers_in_one_batch(cluster: Cluster, gpu_hosts: list[str]) -> list[str]:
+    """Every opensm host in one batch of a driver change on all GPU nodes (the batches go
+    in inventory order, nvidia_upgrade_batch_size at a time): the batch reboots them
+    together and the fabric has no subnet manager meanwhile."""
+    infiniband, nvidia = derive_module("infiniband"), derive_module("nvidia")
+    if infiniband is None or nvidia is None or not gpu_hosts:
+        return []
+    sms = [h for h, _ in infiniband.opensm_hosts(cluster) if h in gpu_hosts]
+    if len(sms) < 2:
+        return []
+    batches = nvidia.upgrade_batches(cluster, gpu_hosts)
+    if not any(set(sms) <= set(b) for b in batches):
+        return []
+    return [f"host {sms[-1]!r}: infiniband_opensm_priority: every subnet manager "
+            f"({', '.join(sms)}) is in one batch of nvidia_upgrade_batch_size "
+            f"{len(batches[0])}: a "
+            "driver change on every GPU node reboots them together, and the fabric has no "
+            "subnet manager meanwhile (a link that flaps stays down); put them apart in the "
+            "inventory's order, or lower the batch size"]
 
 
 def _minio_archived_warning(cluster: Cluster) -> list[str]:

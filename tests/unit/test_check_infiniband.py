@@ -164,16 +164,16 @@ def _sm(ports: str, sminfo: str, opensm: str | None = None) -> str:
 
 
 def test_the_sm_passes_when_ports_know_it_and_sminfo_finds_the_master():
-    probe = node_probe(Context(LAB), "infiniband.sm", "gpu2")
-    assert "systemctl is-active opensm" in probe.command  # gpu2 runs the standby
+    probe = node_probe(Context(LAB), "infiniband.sm", "gpu3")
+    assert "systemctl is-active opensm" in probe.command  # gpu3 runs the standby
     result = probe.read(done(_sm("ports-gpu1.txt", fixture("sminfo-master.txt"), "active")))
     assert result.status is Status.PASS and result.value == 1
     assert "guid 0xb8cef60300a12b3c, priority 15, SMINFO_MASTER" in result.message
-    assert "systemctl" not in node_probe(Context(LAB), "infiniband.sm", "gpu3").command
+    assert "systemctl" not in node_probe(Context(LAB), "infiniband.sm", "gpu2").command
 
 
 def test_no_subnet_manager_fails():
-    result = node_probe(Context(LAB), "infiniband.sm", "gpu3").read(
+    result = node_probe(Context(LAB), "infiniband.sm", "gpu2").read(
         done(_sm("ports-gpu1-no-sm.txt", fixture("sminfo-failed.txt"))))
     assert result.status is Status.FAIL and result.action is Action.INVESTIGATE
     assert "no subnet manager known to ibp26s0 port 1" in result.message
@@ -192,7 +192,7 @@ def test_opensm_down_where_the_inventory_runs_it():
 
 
 def test_sminfo_missing_is_a_warn_judged_by_sm_lid():
-    result = node_probe(Context(LAB), "infiniband.sm", "gpu3").read(
+    result = node_probe(Context(LAB), "infiniband.sm", "gpu2").read(
         done(_sm("ports-gpu1.txt", "notool\n")))
     assert result.status is Status.WARN and result.action is Action.REDEPLOY
     assert "sminfo is not installed" in result.message

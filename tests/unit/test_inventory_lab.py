@@ -4,6 +4,7 @@ file entries, component lists, warnings, the Ansible inventory) are what they sh
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from aicluster.inventory import (
     COMPONENT_ORDER,
     KNOWN_GROUPS,
+    _shared_gpus,
+    _subnet_managers_in_one_batch,
     ansible_inventory,
     load_cluster,
 )
@@ -71,10 +74,20 @@ def test_lab_cluster_settings(lab):
     assert lab.network_subnets() == ["10.10.0.0/24", "10.20.0.0/24", "10.30.0.0/24", "10.40.0.0/24"]
 
 
+def _shared(name: str, count: int, given: str) -> str:
+    return (f"host {name!r}: groups: its {count} GPUs are handed out by {given} at once, "
+            "each as its own: a job given all of them by one finds the others' processes "
+            "on them (memory, compute); give each GPU node one of them, or keep the others "
+            "off its GPUs")
+
+
 def test_lab_warns_of_a_single_slurm_controller(lab):
+    three = "Slurm (GRES), Ray (--num-gpus), k3s (nvidia.com/gpu)"
     assert lab.warnings == [
         "slurm_controller has one host: it is a single point of failure "
         "(name a second host for a backup controller)",
+        _shared("gpu1", 8, three), _shared("gpu2", 8, three),
+        _shared("gpu3", 8, f"{three}, Ollama"), _shared("gpu4", 8, f"{three}, Ollama"),
         "host 'storage1': groups: minio: MinIO's community edition is archived upstream "
         "and gets no more releases or security fixes; the pinned release still installs "
         "(from its GitHub release assets, minio_release_base_url); plan a move to a "
@@ -293,3 +306,29 @@ def test_ansible_ssh_key_and_port(spec):
     assert (n1["ansible_port"], n1["ansible_user"]) == (2222, "ops")
     assert inventory["_meta"]["hostvars"]["n2"]["base_firewall_ssh_port"] == 22
     assert n1["base_firewall_ssh_port"] == 2222
+
+
+
+def test_a_gpu_node_of_one_scheduler_is_not_warned(lab):
+    alone = dataclasses.replace(lab, groups={
+        **lab.groups, "ray_workers": (), "k3s_servers": ("head", "storage1"),
+        "k3s_agents": (), "ollama": ()})
+    assert _shared_gpus(alone, list(GPUS)) == []
+    assert _shared_gpus(lab, list(GPUS))[0].startswith("host 'gpu1': groups: its 8 GPUs")
+
+
+def test_every_subnet_manager_in_one_driver_batch_is_warned(lab):
+    # The lab puts its two opensm hosts (gpu1, gpu3) in different batches of 2.
+    assert _subnet_managers_in_one_batch(lab, list(GPUS)) == []
+    hosts = dict(lab.hosts)
+    gpu3 = {k: v for k, v in hosts["gpu3"].data.items() if k != "infiniband_opensm_priority"}
+    hosts["gpu3"] = dataclasses.replace(hosts["gpu3"], data=gpu3)
+    hosts["gpu2"] = dataclasses.replace(
+        hosts["gpu2"], data={**hosts["gpu2"].data, "infiniband_opensm_priority": 14})
+    together = dataclasses.replace(lab, hosts=hosts)
+    assert _subnet_managers_in_one_batch(together, list(GPUS)) == [
+        "host 'gpu2': infiniband_opensm_priority: every subnet manager (gpu1, gpu2) is in "
+        "one batch of nvidia_upgrade_batch_size 2: a driver change on every GPU node "
+        "reboots them together, and the fabric has no subnet manager meanwhile (a link "
+        "that flaps stays down); put them apart in the inventory's order, or lower the "
+        "batch size"]
