@@ -210,9 +210,9 @@ def test_the_order_monitors_keys_osds_pools_cephfs_mounts(secret):
     assert "fs new cephfs cephfs_metadata cephfs_data" in fs.commands[0]
     assert fs.index > at("ceph1", "Pools (ceph_pools and CephFS's; first monitor)")
     assert at("client1", "Mount CephFS at /mnt/cephfs") > fs.index
+    fstab = p.op("client1", "Mount CephFS at /mnt/cephfs at boot (fstab, _netdev, nofail)")
     assert "none /mnt/cephfs fuse.ceph ceph.id=aicluster,ceph.conf=/etc/ceph/ceph.conf," \
-        "_netdev,defaults 0 0" in p.op("client1", "Mount CephFS at /mnt/cephfs at boot "
-                                                  "(fstab, _netdev)").text
+        "_netdev,nofail,x-systemd.mount-timeout=5min,defaults 0 0" in fstab.text
 
 
 def test_keyrings_are_0600_owned_by_ceph_and_their_keys_never_named(secret):
@@ -714,9 +714,9 @@ def test_the_kernel_client_mounts_with_a_secret_file(secret):
     hosts, groups = _three()
     hosts[-1] = _host("client1", 41, ceph_cephfs_mount_type="kernel")
     p = _plan(hosts, groups, secret)
-    line = p.op("client1", "Mount CephFS at /mnt/cephfs at boot (fstab, _netdev)").text
+    line = p.op("client1", "Mount CephFS at /mnt/cephfs at boot (fstab, _netdev, nofail)").text
     assert ":/ /mnt/cephfs ceph name=aicluster,secretfile=/etc/ceph/ceph.client.aicluster." \
-        "secret,_netdev,noatime 0 0" in line
+        "secret,_netdev,nofail,x-systemd.mount-timeout=5min,noatime 0 0" in line
     assert "ceph-fuse" not in p.op("client1", "Install Ceph").text
 
 

@@ -231,7 +231,7 @@ def _osds(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
 def _mount(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
     path = v["ceph_cephfs_mount_path"]
     fstab = files.line(
-        name=f"Mount CephFS at {path} at boot (fstab, _netdev)",
+        name=f"Mount CephFS at {path} at boot (fstab, _netdev, nofail)",
         path=FSTAB,
         line=fstab_regexp(path),
         replace=v["ceph_fstab_line"],

@@ -447,13 +447,20 @@ def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> d
     }
 
 
+#: At boot: a mount that fails does not fail the boot (nofail), and waits as long as
+#: the client waits for the monitors (client_mount_timeout, 300 s) rather than systemd's
+#: 90 s: after a cold start of the whole cluster the monitors come up with the nodes.
+BOOT_OPTIONS = "_netdev,nofail,x-systemd.mount-timeout=5min"
+
+
 def fstab_line(v: Mapping[str, Any], mount: str, mons: list[dict[str, str]]) -> str:
     """The client's CephFS line: ceph-fuse, or the kernel client."""
     name = v["ceph_client_name"]
     if v["ceph_cephfs_mount_type"] == "kernel":
         return (f":/ {mount} ceph name={name},secretfile=/etc/ceph/ceph.client.{name}.secret,"
-                "_netdev,noatime 0 0")
-    return (f"none {mount} fuse.ceph ceph.id={name},ceph.conf={CONF},_netdev,defaults 0 0")
+                f"{BOOT_OPTIONS},noatime 0 0")
+    return (f"none {mount} fuse.ceph ceph.id={name},ceph.conf={CONF},{BOOT_OPTIONS},"
+            "defaults 0 0")
 
 
 # ---------------------------------------------------------------------------
