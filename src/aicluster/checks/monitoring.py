@@ -175,22 +175,21 @@ def client_command(what: str, servers: Mapping[str, str], wait: float) -> str:
             + shlex.quote(json.dumps(spec, sort_keys=True)))
 
 
-def _read(check: str, host: str, done: Completed) -> dict | Result:
-    """The client's answer, or the result for a probe that could not run or a server
-    that did not answer (its own ``error``)."""
+def _read(check: str, host: str, what: str, done: Completed) -> dict | Result:
+    """The client's answer, or the result for a probe that could not run or for a
+    server (``what``) that did not answer (the client's ``error``)."""
     failed = cannot_run(check, host, done, "a monitoring host")
     if failed:
         return failed
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARK + " ")]
     if not lines:
         raise ValueError(f"no {MARK} line (exit {done.rc}): {done.stderr.strip()[-300:]}")
-    return json.loads(lines[-1][len(MARK) + 1:])
-
-
-def _unanswered(check: str, host: str, what: str, error: str) -> Result:
-    return Result(check, Status.FAIL, node=host, action=Action.RESTART_SERVICE,
-                  message=f"{host}: {what} does not answer: {error}",
-                  details={"error": error})
+    got = json.loads(lines[-1][len(MARK) + 1:])
+    if "error" in got:
+        return Result(check, Status.FAIL, node=host, action=Action.RESTART_SERVICE,
+                      message=f"{host}: {what} does not answer: {got['error']}",
+                      details={"error": got["error"]})
+    return got
 
 
 # ---------------------------------------------------------------------------
@@ -244,11 +243,9 @@ def judge_targets(expected: list[dict[str, str]], prober: str, nodes: list[str],
     """Per node of ``nodes`` with a target: every one of its targets scraped (within
     ``wait`` seconds) and up in the Prometheus on ``prober``."""
     check = "monitoring.targets"
-    got = _read(check, prober, done)
+    got = _read(check, prober, "Prometheus", done)
     if isinstance(got, Result):
         return [got]
-    if "error" in got:
-        return [_unanswered(check, prober, "Prometheus", got["error"])]
     active = {(t["job"], t["address"], t["module"]): t for t in got["targets"]}
     probed = {(p["job"], p["instance"], p["probe"]): p["value"] for p in got["probes"]}
     subject = f"prometheus on {prober}"
@@ -327,11 +324,9 @@ def pack() -> tuple[frozenset[str], frozenset[str]]:
 
 def judge_rules(host: str, done: Completed) -> Result:
     check = "monitoring.rules"
-    got = _read(check, host, done)
+    got = _read(check, host, "Prometheus", done)
     if isinstance(got, Result):
         return got
-    if "error" in got:
-        return _unanswered(check, host, "Prometheus", got["error"])
     alerts, records = pack()
     loaded = {(r["type"], r["name"]) for r in got["rules"]}
     missing = sorted({n for n in alerts if ("alerting", n) not in loaded}
@@ -369,11 +364,9 @@ def judge_alertmanager(host: str, alertmanagers: list[str], peers: list[str],
     """``alertmanagers``: every monitoring host's Alertmanager (``host:port``), where each
     Prometheus sends; ``peers``: their gossip addresses (one host: none)."""
     check = "monitoring.alertmanager"
-    got = _read(check, host, done)
+    got = _read(check, host, "Prometheus or Alertmanager", done)
     if isinstance(got, Result):
         return got
-    if "error" in got:
-        return _unanswered(check, host, "Prometheus or Alertmanager", got["error"])
     sends = {u.split("://", 1)[-1].split("/", 1)[0] for u in got["sends_to"]}
     missing = [a for a in alertmanagers if a not in sends]
     details = {k: got[k] for k in ("cluster", "sends_to", "watchdog", "version")}
@@ -410,11 +403,9 @@ def judge_alertmanager(host: str, alertmanagers: list[str], peers: list[str],
 
 def judge_alerts(host: str, done: Completed) -> Result:
     check = "monitoring.alerts"
-    got = _read(check, host, done)
+    got = _read(check, host, "Prometheus", done)
     if isinstance(got, Result):
         return got
-    if "error" in got:
-        return _unanswered(check, host, "Prometheus", got["error"])
     firing = [a for a in got["alerts"]
               if a["state"] == "firing" and a["alertname"] != "Watchdog"]
     if not firing:
@@ -439,11 +430,9 @@ def judge_alerts(host: str, done: Completed) -> Result:
 
 def judge_grafana(host: str, version: str, done: Completed) -> Result:
     check = "monitoring.grafana"
-    got = _read(check, host, done)
+    got = _read(check, host, "Grafana", done)
     if isinstance(got, Result):
         return got
-    if "error" in got:
-        return _unanswered(check, host, "Grafana", got["error"])
     if got["database"] != "ok":
         return Result(check, Status.FAIL, node=host, value=got["database"] or "none",
                       threshold="ok", action=Action.RESTART_SERVICE, details=got,
