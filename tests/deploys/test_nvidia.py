@@ -126,11 +126,13 @@ def _deployed(distro="ubuntu2204", version=VERSION, extra=None, **output):
                 "datacenter-gpu-manager-4-cuda12": ["1:4.2.3-1"],
                 "nvidia-container-toolkit": ["1.17.4-1"],
                 f"nvidia-fabricmanager-{version.split('.')[0]}": [f"{version}-1"],
+                f"libnvidia-nscq-{version.split('.')[0]}": [f"{version}-1"],
                 "nvidia-fabric-manager": [f"{version}-1"],
                 # Branch 580 on: DCGM for CUDA 13; branch 590 on: Fabric Manager's name
                 # without the branch.
                 "datacenter-gpu-manager-4-cuda13": ["1:4.2.3-1"],
                 "nvidia-fabricmanager": [f"{version}-1"],
+                "libnvidia-nscq": [f"{version}-1"],
                 "python3-dnf-plugin-versionlock": ["4.3.0-16.el9"]}
     paths = [nvidia_derive.DRIVER_SCRIPT, nvidia_derive.PERSISTENCED_DROPIN,
              "/etc/apt/sources.list.d/aicluster-nvidia-cuda.list" if debian
@@ -226,13 +228,13 @@ def test_h100_nvswitch_first_install_debian_family(distro):
     install = p.op("gpu1", f"Install NVIDIA driver {VERSION} (open modules), reboot, verify")
     assert (
         f"{nvidia_derive.DRIVER_SCRIPT} install --fabric-manager nvidia-fabricmanager-570 "
-        "'nvidia-open-570'"
+        "--fabric-manager libnvidia-nscq-570 'nvidia-open-570'"
     ) in install.text
     script = p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
     assert 'want="570.133.20"' in script
     assert "gpus=8\n" in script
     assert "apt-mark hold $pkgs" in script
-    assert 'Fabric Manager ${fm:-(none)} is installed and the driver is $v' in script
+    assert '$p ${fm:-(none)} is installed and the driver is $v' in script
     # DCGM 4: its core and the part for the CUDA major of driver 570 (CUDA 12).
     assert ("install datacenter-gpu-manager-4-core datacenter-gpu-manager-4-cuda12 "
             "nvidia-container-toolkit") in p.op(
@@ -264,13 +266,15 @@ def test_h100_nvswitch_first_install_rocky9():
     install = p.op("gpu1", install_name).text
     assert (
         f"{nvidia_derive.DRIVER_SCRIPT} install --module nvidia-driver:570-open --fabric-manager "
-        "nvidia-fabric-manager 'nvidia-driver-570.133.20*' 'nvidia-driver-cuda-570.133.20*' "
+        "nvidia-fabric-manager --fabric-manager libnvidia-nscq-570 "
+        "'nvidia-driver-570.133.20*' 'nvidia-driver-cuda-570.133.20*' "
         "'nvidia-persistenced-570.133.20*' 'kmod-nvidia-open-dkms-570.133.20*'"
     ) in install
     script = p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
     assert "dnf -y versionlock add $pkgs" in script
     # Fabric Manager exactly at the driver's version: name-version*.
-    assert 'dnf install -y --allowerasing "$1-$v*"' in script
+    assert 'set -- "$@" "$p-$v*"' in script
+    assert 'dnf install -y --allowerasing "$@"' in script
     assert ("dnf install -y datacenter-gpu-manager-4-core datacenter-gpu-manager-4-cuda12 "
             "nvidia-container-toolkit") in p.commands("gpu1")
     assert "systemctl enable nvidia-fabricmanager.service" in p.commands("gpu1")
@@ -295,7 +299,8 @@ def test_branch_only_pins_the_branch():
     assert 'want="575"' in p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
     rocky = _plan("rocky9", extra={"nvidia_driver_version": None})
     assert "--module nvidia-driver:570-open --fabric-manager nvidia-fabric-manager " \
-           "'nvidia-driver' 'nvidia-driver-cuda'" in rocky.commands("gpu1")
+           "--fabric-manager libnvidia-nscq-570 'nvidia-driver' 'nvidia-driver-cuda'" in \
+        rocky.commands("gpu1")
 
 
 def test_cuda_toolkit_at_its_pinned_version():
@@ -986,7 +991,7 @@ def test_branch_590_installs_nvidias_pinning_package_first_and_the_unbranched_na
     install = _install_op(p)
     assert install.name == "Install NVIDIA driver 590 (open modules), reboot, verify"
     assert (f"{nvidia_derive.DRIVER_SCRIPT} install --pinning {PIN_590} --fabric-manager "
-            "nvidia-fabricmanager 'nvidia-open'") in install.text
+            "nvidia-fabricmanager --fabric-manager libnvidia-nscq 'nvidia-open'") in install.text
     commands = p.commands("gpu1")
     for old_name in ("nvidia-open-590", "nvidia-fabricmanager-590", "cuda-drivers-590"):
         assert old_name not in commands
@@ -1014,7 +1019,7 @@ def test_branch_590_installs_nvidias_pinning_package_first_and_the_unbranched_na
     asked = _plan(distro, extra={"nvidia_driver_branch": "590", "nvidia_driver_version": None,
                                  "nvidia_open_kernel_modules": False})
     assert (f"install --pinning {PIN_590} --fabric-manager nvidia-fabricmanager "
-            "'cuda-drivers'") in _install_op(asked).text
+            "--fabric-manager libnvidia-nscq 'cuda-drivers'") in _install_op(asked).text
 
 
 @pytest.mark.parametrize("distro", ["ubuntu2404", "debian12"])
@@ -1022,7 +1027,8 @@ def test_branch_590_exact_version_tries_the_versions_pinning_package_first(distr
     p = _plan(distro, extra={"nvidia_driver_branch": "590",
                              "nvidia_driver_version": "590.48.01"})
     assert (f"install --pinning {PIN_590}.48.01 --pinning {PIN_590} --fabric-manager "
-            "nvidia-fabricmanager 'nvidia-open'") in _install_op(p).text
+            "nvidia-fabricmanager --fabric-manager libnvidia-nscq 'nvidia-open'") in \
+        _install_op(p).text
     assert "Pin: version /^([0-9]+:)?590\\.48\\.01[.-]/\n" in p.upload(
         "gpu1", nvidia_derive.APT_PIN)
     assert 'want="590.48.01"' in p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
@@ -1031,15 +1037,15 @@ def test_branch_590_exact_version_tries_the_versions_pinning_package_first(distr
 def test_a_later_branch_595_takes_the_same_path():
     p = _plan("ubuntu2404", extra={"nvidia_driver_branch": "595", "nvidia_driver_version": None})
     assert ("install --pinning nvidia-driver-pinning-595 --fabric-manager nvidia-fabricmanager "
-            "'nvidia-open'") in _install_op(p).text
+            "--fabric-manager libnvidia-nscq 'nvidia-open'") in _install_op(p).text
 
 
 @pytest.mark.parametrize("branch", ["570", "575", "580"])
 def test_branches_before_590_keep_their_names_and_no_pinning_package(branch):
     p = _plan("ubuntu2404", extra={"nvidia_driver_branch": branch, "nvidia_driver_version": None})
     install = _install_op(p)
-    assert (f"install --fabric-manager nvidia-fabricmanager-{branch} 'nvidia-open-{branch}'"
-            in install.text)
+    assert (f"install --fabric-manager nvidia-fabricmanager-{branch} --fabric-manager "
+            f"libnvidia-nscq-{branch} 'nvidia-open-{branch}'" in install.text)
     assert "--pinning" not in p.commands("gpu1")
     script = p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
     assert "pin()" not in script and "--pinning" not in script and "pins" not in script
@@ -1051,8 +1057,8 @@ def test_rocky_branch_590_keeps_the_module_stream():
     p = _plan("rocky9", extra={"nvidia_driver_branch": "590", "nvidia_driver_version": None})
     text = _install_op(p).text
     assert ("install --module nvidia-driver:590-open --fabric-manager nvidia-fabric-manager "
-            "'nvidia-driver' 'nvidia-driver-cuda' 'nvidia-persistenced' "
-            "'kmod-nvidia-open-dkms'") in text
+            "--fabric-manager libnvidia-nscq-590 'nvidia-driver' 'nvidia-driver-cuda' "
+            "'nvidia-persistenced' 'kmod-nvidia-open-dkms'") in text
     assert "--pinning" not in p.commands("gpu1")
     assert "pin()" not in p.upload("gpu1", nvidia_derive.DRIVER_SCRIPT)
 
@@ -1076,7 +1082,8 @@ def test_bump_from_580_to_590_drains_installs_the_pinning_package_and_the_new_na
         steps = [
             text.index(f"{nvidia_derive.DRIVER_SCRIPT} drain"),
             text.index(f"{nvidia_derive.DRIVER_SCRIPT} install --pinning {PIN_590} "
-                       "--fabric-manager nvidia-fabricmanager 'nvidia-open'"),
+                       "--fabric-manager nvidia-fabricmanager --fabric-manager "
+                       "libnvidia-nscq 'nvidia-open'"),
             text.index("reboot ) </dev/null"),
             text.index(f"{nvidia_derive.DRIVER_SCRIPT} verify --fabric-manager"),
             text.index(f"{nvidia_derive.DRIVER_SCRIPT} resume"),

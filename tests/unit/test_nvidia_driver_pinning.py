@@ -73,7 +73,8 @@ def _installed(calls: list[str]) -> list[str]:
 
 
 INSTALL = ("install", "--pinning", PIN_VERSION, "--pinning", PIN_BRANCH,
-           "--fabric-manager", "nvidia-fabricmanager", "nvidia-open")
+           "--fabric-manager", "nvidia-fabricmanager", "--fabric-manager", "libnvidia-nscq",
+           "nvidia-open")
 
 
 def test_the_branchs_pinning_package_goes_in_alone_before_the_driver(tmp_path):
@@ -81,10 +82,12 @@ def test_the_branchs_pinning_package_goes_in_alone_before_the_driver(tmp_path):
     installed, in an apt run of its own, before the kernel headers and the driver."""
     proc, calls = _run(tmp_path, [PIN_BRANCH, "nvidia-open"], *INSTALL)
     assert proc.returncode == 0, proc.stderr
+    # Fabric Manager and NSCQ after the driver, in one run, each checked at its version.
     assert _installed(calls) == [PIN_BRANCH, "linux-headers-6.8.0-45-generic", "nvidia-open",
-                                 "nvidia-fabricmanager"], calls
+                                 "nvidia-fabricmanager libnvidia-nscq"], calls
     assert f"gpu1: NVIDIA's pinning package {PIN_BRANCH} installed" in proc.stdout
     assert f"gpu1: driver {VERSION} installed" in proc.stdout
+    assert f"gpu1: nvidia-fabricmanager libnvidia-nscq {VERSION} installed" in proc.stdout
     # Held at the driver's version afterwards (the names without the branch).
     assert calls[-1] == "apt-mark hold nvidia-open nvidia-fabricmanager", calls
 

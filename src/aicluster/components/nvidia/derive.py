@@ -45,7 +45,8 @@ DECIDE_KEYS = (
     "nvidia_source", "nvidia_driver_branch", "nvidia_driver_version",
     "nvidia_open_kernel_modules", "nvidia_cuda_version", "nvidia_fabric_manager",
     "nvidia_peermem", "nvidia_persistenced", "nvidia_dcgm", "nvidia_container_toolkit",
-    "nvidia_driver_packages", "nvidia_fabric_manager_packages", "nvidia_module_streams",
+    "nvidia_driver_packages", "nvidia_fabric_manager_packages", "nvidia_nscq_packages",
+    "nvidia_module_streams",
     "nvidia_dcgm_packages", "nvidia_container_toolkit_packages", "nvidia_cuda_package",
     "nvidia_lock_packages", "nvidia_package_version_suffix", "nvidia_expected_gpus",
     "nvidia_gpu_model", "nvidia_gpu_vendor", "nvidia_nvswitch_declared", "nvidia_ib_declared",
@@ -335,6 +336,12 @@ def decide(
                 "'cuda_repo'"
             )
             return out
+    # The NVSwitch packages, at the driver's version: Fabric Manager first, then NSCQ,
+    # the NVSwitch query library DCGM reads the switches through ("the version of
+    # libnvidia-nscq must match the NVIDIA driver installed", NVIDIA's packaging).
+    nvswitch_packages = [p for p in (
+        fm_package, _subst((v["nvidia_nscq_packages"] or {}).get(key, ""), v) if fm_package
+        else "") if p]
     streams = v["nvidia_module_streams"] or {}
     stream = _subst(streams[flavour], v) if source == "cuda_repo" and flavour in streams else ""
 
@@ -383,7 +390,7 @@ def decide(
     configured = set(node.get("runtimes_configured") or [])
     install_args = [f"--pinning {p}" for p in pinning] + (
         [f"--module {stream}"] if stream else []) + (
-        [f"--fabric-manager {fm_package}"] if fm_package else []
+        [f"--fabric-manager {p}" for p in nvswitch_packages]
     ) + [f"'{p}'" for p in packages]
     out.update(
         {
@@ -398,8 +405,10 @@ def decide(
             # the repository has, before the driver).
             "pinning": pinning,
             "pinning_missing": bool(pinning) and not set(pinning) & set(installed_pins),
-            "fabric_manager": fm_package,
-            "fabric_manager_missing": bool(fm_package) and fm_package not in have,
+            # Fabric Manager and NSCQ (NVSwitch nodes), space-separated: what the
+            # installer's fabric-manager installs at the driver's version.
+            "fabric_manager": " ".join(nvswitch_packages),
+            "fabric_manager_missing": any(p not in have for p in nvswitch_packages),
             "install_args": " ".join(install_args),
             # NVSwitch nodes: verify also waits for Fabric Manager and the GPUs' fabric.
             "verify_args": "--fabric-manager" if fm_package else "",
