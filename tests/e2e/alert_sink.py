@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,8 +66,11 @@ class AlertSink:
         for _ in range(50):
             if (self.log.parent / (self.log.name + ".ready")).exists():
                 return self
+            if proc.poll() is not None:
+                break
             time.sleep(0.1)
-        raise RuntimeError(f"the alert sink did not start on {self.url}")
+        raise RuntimeError(f"the alert sink did not start on {self.url} (exit "
+                           f"{proc.poll()}: is the port taken? ss -ltnp 'sport = {self.port}')")
 
     def stop(self) -> None:
         """Stop the sink's own process (the one :meth:`start` made), by its id."""
@@ -124,6 +128,16 @@ def serve(address: str, port: int, log: Path) -> None:
 
     server = ThreadingHTTPServer((address, port), Handler)
     (log.parent / (log.name + ".ready")).write_text("")
+    # It ends with the test session that started it: a sink left by a session that was
+    # killed would hold the port, and the next session's could not start.
+    parent = os.getppid()
+
+    def orphaned() -> None:
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=orphaned, daemon=True).start()
     server.serve_forever()
 
 
