@@ -1148,14 +1148,14 @@ def _subnet_managers_in_one_batch(cluster: Cluster, gpu_hosts: list[str]) -> lis
     sms = [h for h, _ in infiniband.opensm_hosts(cluster) if h in gpu_hosts]
     if len(sms) < 2:
         return []
-    batches = nvidia.upgrade_batches(cluster, gpu_hosts)
+    size, batches = nvidia.upgrade_batches(cluster, gpu_hosts)
     if not any(set(sms) <= set(b) for b in batches):
         return []
     return [f"host {sms[-1]!r}: infiniband_opensm_priority: every subnet manager "
             f"({', '.join(sms)}) is in one batch of nvidia_upgrade_batch_size "
-            f"{len(batches[0])}: a "
-            "driver change on every GPU node reboots them together, and the fabric has no "
-            "subnet manager meanwhile (a link that flaps stays down); put them apart in the "
+            f"{size}: a driver change on every GPU node reboots them together, and the "
+            "fabric has no subnet manager meanwhile (a link that flaps stays down); put them "
+            "apart in the "
             "inventory's order, or lower the batch size"]
 
 

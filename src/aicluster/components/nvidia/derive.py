@@ -97,14 +97,14 @@ def validate(cluster: Cluster) -> list[str]:
     return errors
 
 
-def upgrade_batches(cluster: Cluster, names: list[str]) -> list[list[str]]:
-    """The batches a driver change on every one of ``names`` (NVIDIA GPU nodes, in
-    inventory order) goes in: ``nvidia_upgrade_batch_size`` at a time (one size for the
-    cluster: validate())."""
+def upgrade_batches(cluster: Cluster, names: list[str]) -> tuple[int, list[list[str]]]:
+    """``nvidia_upgrade_batch_size`` (one size for the cluster: validate()) and the
+    batches a driver change on every one of ``names`` (NVIDIA GPU nodes, in inventory
+    order) goes in, that many at a time."""
     if not names:
-        return []
+        return 0, []
     size = int(layered("nvidia", cluster.hosts[names[0]].data)["nvidia_upgrade_batch_size"])
-    return [names[i:i + size] for i in range(0, len(names), size)]
+    return size, [names[i:i + size] for i in range(0, len(names), size)]
 
 
 def derived_vars(cluster: Cluster, host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
