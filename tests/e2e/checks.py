@@ -264,6 +264,26 @@ def assert_slurm(tb: Testbed) -> None:
     assert "CUDA_VISIBLE_DEVICES=0" in gpus, env
 
 
+def slurm_said(tb: Testbed, head: str) -> str:
+    """What Slurm says of its jobs and nodes (a failed assertion's message): each job's
+    state and reason, and each node's state, reason and who set it when."""
+    return "\n".join(tb.ssh(head, command, check=False) for command in (
+        "squeue -a -o '%i %j %T %r %N'", "sinfo -N -o '%N %t %E %u %H'"))
+
+
+def slurm_nodes_back(tb: Testbed, head: str) -> None:
+    """Each node Slurm set down for not responding (a link cut longer than SlurmdTimeout)
+    resumed, as an operator would once the link is back: slurmctld stops pinging such a
+    node and only asks it to register about every 20 ping intervals (over half an hour
+    at SlurmdTimeout 300), so it would stay down for the modules after."""
+    out = tb.ssh(head, "sinfo -h -N -o '%N|%t|%E'", check=False)
+    for line in sorted(set(out.splitlines())):  # sinfo -N: a line per partition
+        name, state, reason = (line.split("|") + ["", ""])[:3]
+        if state.startswith("down") and "not responding" in reason.lower():
+            print(f"Slurm set {name} {state} ({reason}) while its link was cut: resumed")
+            tb.ssh(head, f"scontrol update nodename={name} state=resume", check=False)
+
+
 def assert_slurm_reconfigures_keeping_jobs(lab: Lab, deploy) -> None:
     """A slurm.conf change (through the lab's overrides) is applied by the deploy
     ``deploy()`` with `scontrol reconfigure`: a running job keeps running and no Slurm
@@ -273,9 +293,14 @@ def assert_slurm_reconfigures_keeping_jobs(lab: Lab, deploy) -> None:
     # The job must outlast the deploy (an Ansible run takes minutes on the testbed); it
     # is cancelled at the end.
     worker = tb.nodes[-1]["name"]
+    # The worker must be able to take the job: idle (a module before may have left it
+    # down, see slurm_nodes_back), and if not, say what Slurm says of it.
+    state = _wait(tb, head, f"sinfo -h -n {worker} -o %t",  # a line per partition
+                  lambda out: set(out.split()) == {"idle"})
+    assert set(state.split()) == {"idle"}, slurm_said(tb, head)
     job = tb.ssh(head, f"sbatch --parsable -w {worker} --wrap 'sleep 1800'").strip()
     state = _wait(tb, head, f"squeue -h -j {job} -o %T", lambda out: out.strip() == "RUNNING")
-    assert state.strip() == "RUNNING", state
+    assert state.strip() == "RUNNING", slurm_said(tb, head)
     started = slurm_start_times(tb)
     with lab.overridden(slurm_config={**lab.overrides.get("slurm_config", {}),
                                       "MinJobAge": 600}):

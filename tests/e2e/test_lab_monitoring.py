@@ -38,6 +38,7 @@ from aicluster.components.monitoring import derive
 from aicluster.components.monitoring.dashboards import dashboard_queries
 from aicluster.inventory import load_cluster
 from aicluster.testbed.state import host_veth_names
+from tests.e2e.checks import slurm_nodes_back
 from tests.e2e.conftest import BIN, TESTBED_INVENTORY, alert_sink, run
 from tests.e2e.standins import dcgm
 
@@ -320,6 +321,7 @@ def test_alerts_reach_the_webhook_and_resolve(lab, cluster):
         _link(cut, up=True)
         dcgm.set_state(lab.testbed, "node1", "healthy")
         lab.ssh("node2", f"systemctl start ceph-osd@{osd}", check=False)
+        slurm_nodes_back(lab.testbed, "node1")
 
 
 def _faults_raise_and_clear(lab, sink, drained: float, osd: str, cut: str) -> None:
