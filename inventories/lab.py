@@ -24,7 +24,10 @@ def _gpu_worker(n: int) -> tuple[str, dict]:
             # A custom Ray resource: tasks asking for it land on NVSwitch nodes.
             "ray_resources": {"nvswitch": 1},
             "hardware": {
-                "cpus": 112,
+                "cpus": 112,  # two 56-core sockets, hyper-threading off in the BIOS
+                "sockets": 2,
+                "cores_per_socket": 56,
+                "threads_per_core": 1,
                 "memory_gb": 2048,
                 "gpus": {"model": "H100-SXM5-80GB", "count": 8, "memory_gb": 80, "nvswitch": True},
                 "nics": [

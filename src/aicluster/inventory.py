@@ -342,11 +342,31 @@ class Hardware(_Model):
     #: ``x86_64``/``aarch64`` are accepted too).
     arch: Annotated[Literal["amd64", "arm64"], BeforeValidator(_arch)] = "amd64"
     cpus: Annotated[int, Field(ge=1, le=4096)] = 1
+    #: The CPU layout (``lscpu``, ``slurmd -C``), all three or none: Slurm's NodeName
+    #: line gives it, so that cores, not hyper-threads, are what CR_Core hands out.
+    sockets: Annotated[int, Field(ge=1, le=64)] | None = None
+    cores_per_socket: Annotated[int, Field(ge=1, le=1024)] | None = None
+    threads_per_core: Annotated[int, Field(ge=1, le=8)] | None = None
     memory_gb: Annotated[int, Field(ge=1, le=65536)] = 1
     gpus: GPUs = GPUs()
     nics: list[NIC] = []
     ib_ports: list[IBPort] = []
     nvme: list[NVMe] = []
+
+    @model_validator(mode="after")
+    def _layout(self) -> Hardware:
+        layout = (self.sockets, self.cores_per_socket, self.threads_per_core)
+        if all(x is None for x in layout):
+            return self
+        if any(x is None for x in layout):
+            raise ValueError("sockets, cores_per_socket and threads_per_core go together: "
+                             "give all three or none")
+        sockets, cores, threads = layout
+        if sockets * cores * threads != self.cpus:
+            raise ValueError(f"sockets x cores_per_socket x threads_per_core is "
+                             f"{sockets} x {cores} x {threads} = {sockets * cores * threads}, "
+                             f"but cpus is {self.cpus}")
+        return self
 
 
 class HostSpec(BaseModel):

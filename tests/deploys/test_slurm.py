@@ -374,6 +374,16 @@ def test_gres_autodetect_setting_decides_without_looking(key_file):
     assert EXPLICIT in p.upload("gpu2", slurm_derive.GRES_CONF)
 
 
+def test_a_declared_cpu_layout_goes_into_the_node_line(key_file):
+    hosts = copy.deepcopy(HOSTS)
+    hosts[2][1]["hardware"].update(sockets=2, cores_per_socket=28, threads_per_core=2)
+    conf = _plan(key_file, hosts=hosts).upload("head", slurm_derive.SLURM_CONF)
+    # gpu1's layout sets it apart from gpu2 and gpu3, which give none.
+    assert ("NodeName=gpu1 CPUs=112 Sockets=2 CoresPerSocket=28 ThreadsPerCore=2 "
+            "RealMemory=1992294 Gres=gpu:8 State=UNKNOWN\n") in conf
+    assert "NodeName=gpu[2-3] CPUs=112 RealMemory=1992294 Gres=gpu:8 State=UNKNOWN\n" in conf
+
+
 def test_gres_without_a_driver_names_each_device(key_file):
     p = _plan(key_file)
     gres = p.upload("gpu2", slurm_derive.GRES_CONF)

@@ -194,6 +194,9 @@ def test_sinfo_names_each_broken_worker_and_the_nodes_slurm_has_extra(lab_probes
     down = results["gpu2"]
     assert down.status is Status.FAIL and down.value == "down*"
     assert "set by slurm at 2026-09-12T15:02:40: Not responding" in down.message
+    # Set down, slurmctld no longer pings it: back only when slurmd registers again.
+    assert "stays down until slurmd registers again (restart slurmd on gpu2" in down.message
+    assert "registers again" not in results["gpu1"].message
     drained = results["gpu3"]
     assert drained.status is Status.WARN and drained.action is Action.INVESTIGATE
     assert "by root at 2024-01-25T15:12:23: Kill task failed" in drained.message

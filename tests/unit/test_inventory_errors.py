@@ -441,6 +441,19 @@ CASES: list[tuple[str, list[tuple[str, Any]], str, str, str]] = [
         "Input should be greater than or equal to 1 (got 0)",
     ),
     (
+        "cpu-layout-partial",
+        [("n1.hardware.sockets", 2)],
+        "n1", "hardware",
+        "sockets, cores_per_socket and threads_per_core go together: give all three or none",
+    ),
+    (
+        "cpu-layout-not-cpus",
+        [("n1.hardware.cpus", 64), ("n1.hardware.sockets", 2),
+         ("n1.hardware.cores_per_socket", 16), ("n1.hardware.threads_per_core", 1)],
+        "n1", "hardware",
+        "sockets x cores_per_socket x threads_per_core is 2 x 16 x 1 = 32, but cpus is 64",
+    ),
+    (
         "gpus-without-model",
         [("n1.hardware.gpus", {"count": 8})],
         "n1", "hardware.gpus",

@@ -214,10 +214,16 @@ def judge_slurm_node(node: str, controller: str, entry: Mapping[str, str] | None
                       details={k: v for k, v in entry.items() if v})
 
     if "*" in flags:
-        return result(Status.FAIL, Action.RESTART_SERVICE,
-                      f"Slurm marks it not responding ({state}): slurmd on {node} does not "
-                      f"answer slurmctld on {controller}; check slurmd there (systemctl "
-                      "status slurmd) and the network between them")
+        text = (f"Slurm marks it not responding ({state}): slurmd on {node} does not "
+                f"answer slurmctld on {controller}; check slurmd there (systemctl "
+                "status slurmd) and the network between them")
+        if base == "down":
+            # slurmctld stops pinging a node it set down for not answering, and asks it
+            # to register only every 20th ping: it can stay down long after it is back.
+            text += ("; once they are fine it stays down until slurmd registers again "
+                     f"(restart slurmd on {node}, or scontrol update NodeName={node} "
+                     "State=RESUME)")
+        return result(Status.FAIL, Action.RESTART_SERVICE, text)
     if base in SLURM_FAILED:
         if base == "inval":
             text = (f"registered with less than slurm.conf declares ({state}): its CPUs, "

@@ -67,16 +67,20 @@ def gres_count(cluster: Cluster, name: str, data: Mapping[str, Any]) -> int:
 
 def node_lines(cluster: Cluster) -> list[list[str]]:
     """NodeName lines: the workers grouped by identical hardware, as hostlist ranges."""
-    groups: dict[tuple[int, int, int], list[str]] = {}
+    groups: dict[tuple[str, int, int], list[str]] = {}
     for name in cluster.group("slurm_workers"):
         h = cluster.hosts[name]
         hw = h.spec.hardware
         percent = int(setting("slurm", h.data, "slurm_memory_percent"))
         memory = int(hw.memory_gb * 1024 * percent / 100)
-        groups.setdefault((hw.cpus, memory, gres_count(cluster, name, h.data)), []).append(name)
+        cpus = f"CPUs={hw.cpus}"
+        if hw.sockets is not None:  # the CPU layout (lscpu), when the inventory gives it
+            cpus += (f" Sockets={hw.sockets} CoresPerSocket={hw.cores_per_socket} "
+                     f"ThreadsPerCore={hw.threads_per_core}")
+        groups.setdefault((cpus, memory, gres_count(cluster, name, h.data)), []).append(name)
     lines = []
     for (cpus, memory, gpus), names in groups.items():
-        text = f"{hostlist.collect_hostlist(names)} CPUs={cpus} RealMemory={memory}"
+        text = f"{hostlist.collect_hostlist(names)} {cpus} RealMemory={memory}"
         if gpus:
             text += f" Gres=gpu:{gpus}"
         lines.append(["NodeName", f"{text} State=UNKNOWN"])
