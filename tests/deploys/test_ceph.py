@@ -517,6 +517,41 @@ def test_a_re_run_reloads_nothing(secret):
         assert _guarded(p, name) == set(), name
 
 
+def _dead_mount(facts):
+    """client1's CephFS is mounted but answers nothing (the MDS evicted the client)."""
+    facts["client1"]["CephState"] = {**facts["client1"]["CephState"], "mounted": {
+        "source": "ceph-fuse", "fstype": "fuse.ceph-fuse", "answers": False}}
+
+
+def test_a_dead_cephfs_mount_is_unmounted_and_mounted_again_on_that_host_only(secret):
+    hosts, p = _re_run(secret, _dead_mount)
+    unmount = p.op("client1", "Unmount the dead CephFS at /mnt/cephfs (mounted but it answers "
+                              "nothing: the MDS evicted this client; mounted again below)")
+    assert unmount.commands == ["umount -l /mnt/cephfs"]
+    mount = p.op("client1", "Mount CephFS at /mnt/cephfs")
+    assert unmount.index < mount.index
+    # The mount point, which no stat can read through the dead mount, is left alone.
+    assert "Mount point /mnt/cephfs" not in p.names("client1")
+    assert p.changing("client1") == [unmount.name, mount.name]
+    for name in ("ceph1", "ceph2", "ceph3"):
+        assert not p.changing(name), (name, p.changing(name))
+
+
+def test_a_cephfs_mount_that_answers_or_an_older_probe_changes_nothing():
+    request = {"host": "c", "roles": {"mon": False, "osd": False, "mds": False,
+                                      "first_mon": False, "client": True},
+               "devices": [], "mode": "raw", "mount": "/mnt/cephfs", "targets": []}
+    mounted = {"source": "ceph-fuse", "fstype": "fuse.ceph-fuse"}
+    for extra in ({"answers": True}, {}):
+        state = {"mon": False, "osds": {}, "cluster": None, "mounted": {**mounted, **extra}}
+        out = ceph_derive.decide({"lsblk": []}, state, request, "f", {}, "bookworm")
+        assert (out["mount"], out["remount"]) == (False, False), extra
+    state = {"mon": False, "osds": {}, "cluster": None,
+             "mounted": {**mounted, "answers": False}}
+    out = ceph_derive.decide({"lsblk": []}, state, request, "f", {}, "bookworm")
+    assert (out["mount"], out["remount"]) == (True, True)
+
+
 def test_a_changed_osd_unit_reloads_systemd_on_that_host_only(secret):
     hosts, p = _re_run(secret, lambda facts: _holds_other(facts, "ceph2", OSD_UNIT_PATH))
     assert _guarded(p, "ceph2") == {RELOAD_OSD_UNIT}

@@ -7,6 +7,8 @@ On the lab in miniature (every component together, shared with the other
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.e2e.checks import ray_start_times, slurm_start_times
@@ -49,3 +51,45 @@ def test_a_flushed_or_altered_firewall_and_a_changed_sysctl_are_repaired(lab):
     assert _started(lab) == started
     again = lab.read_deploy().succeeded().results
     assert again["changed"] == 0 and again["errors"] == 0, again
+
+
+CEPHFS = "/mnt/cephfs"
+#: ``ceph tell`` to rank 0 of the lab's file system, on its first monitor (node1).
+MDS = "timeout 60 ceph tell mds.cephfs:0"
+
+
+def _evict_cephfs_client(lab, node: str) -> None:
+    """The MDS evicts *node*'s CephFS client, as it does by itself to a client it has
+    not heard from for session_autoclose (300 s: a long network cut): the client is
+    blocklisted and its mount stays, answering nothing."""
+    import json
+
+    out = lab.ssh("node1", f"{MDS} client ls -f json 2>/dev/null")
+    ids = [c["id"] for c in json.loads(out)
+           if c.get("client_metadata", {}).get("hostname") == node]
+    assert ids, out
+    for client in ids:
+        lab.ssh("node1", f"{MDS} client evict id={client} 2>/dev/null")
+    stat = f"timeout 20 stat -c %i {CEPHFS}"
+    assert lab.ssh(node, f"{stat} >/dev/null 2>&1 || echo dead").strip() == "dead"
+    assert lab.ssh(node, f"findmnt -n -o FSTYPE --mountpoint {CEPHFS}").strip() == (
+        "fuse.ceph-fuse")
+
+
+def test_an_evicted_cephfs_client_is_mounted_again_by_either_engine(lab):
+    node1, node2 = _names(lab)
+    for engine in ("pyinfra", "ansible"):
+        _evict_cephfs_client(lab, node2)
+        print(f"{node2}'s CephFS client evicted: {CEPHFS} is mounted and answers nothing")
+        if engine == "pyinfra":
+            deploy = lab.read_deploy().succeeded()
+            assert f"Unmount the dead CephFS at {CEPHFS}" in deploy.output
+        else:
+            out = lab.playbook("--tags", "ceph", "--limit", node2).stdout
+            assert "Unmount a dead CephFS" in out and "failed=0" in out, out[-3000:]
+        token = f"{engine}-{time.time()}"
+        lab.ssh(node1, f"echo {token} > {CEPHFS}/e2e-evicted.txt")
+        assert lab.ssh(node2, f"cat {CEPHFS}/e2e-evicted.txt").strip() == token
+        print(f"{engine}: unmounted and mounted again; {node2} reads what {node1} wrote")
+    lab.ssh(node1, f"rm -f {CEPHFS}/e2e-evicted.txt")
+    assert lab.read_deploy().succeeded().results["changed"] == 0

@@ -238,6 +238,12 @@ def _mount(v: dict[str, Any], decided: Mapping[str, Any]) -> None:
         extended_regex=True,
     )
     systemd.daemon_reload(name="Reload systemd units (fstab changed)", _if=fstab.did_change)
-    files.directory(name=f"Mount point {path}", path=path)
+    if decided["remount"]:
+        # The mount point is a directory under the dead mount (which no stat can read).
+        server.shell(name=f"Unmount the dead CephFS at {path} (mounted but it answers "
+                     "nothing: the MDS evicted this client; mounted again below)",
+                     commands=[f"umount -l {shlex.quote(path)}"])
+    else:
+        files.directory(name=f"Mount point {path}", path=path)
     if decided["mount"]:
         server.shell(name=f"Mount CephFS at {path}", commands=[v["ceph_mount_command"]])

@@ -606,8 +606,9 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
     ``fs_create``, ``mgr_config_set`` ([option, value] the cluster's configuration
     lacks or has otherwise), ``mgr_modules_enable`` and ``mgr_modules_restart``
     (modules already enabled whose options change: a module reads them when it
-    starts); on a client, ``mount``; ``repo_suite``, the suite the repository's source
-    names."""
+    starts); on a client, ``mount``, and ``remount`` where CephFS is mounted but does
+    not answer (an evicted client: unmounted first); ``repo_suite``, the suite the
+    repository's source names."""
     where = f"host {request['host']!r}: ceph"
     r = request["roles"]
     out: dict[str, Any] = {
@@ -615,7 +616,7 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
         "osd_activate": [], "auth_import": False, "crush_rules_create": [],
         "pools_create": [], "pools_set": [], "pools_rule": [], "pools_app": [],
         "fs_create": False, "mgr_config_set": [], "mgr_modules_enable": [],
-        "mgr_modules_restart": [], "mount": False, "targets_enable": [],
+        "mgr_modules_restart": [], "mount": False, "remount": False, "targets_enable": [],
         "repo_suite": suite,
     }
     problems: list[str] = []
@@ -690,6 +691,8 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
         mounted = state.get("mounted")
         if not mounted:
             out["mount"] = True
+        elif "ceph" in (mounted.get("fstype") or "") and mounted.get("answers") is False:
+            out["mount"] = out["remount"] = True
         elif "ceph" not in (mounted.get("fstype") or ""):
             problems.append(
                 f"{where}: {request['mount']} already has {mounted.get('source') or 'something'}"
@@ -704,7 +707,7 @@ def decide(blockdevices: Mapping[str, Any], state: Mapping[str, Any],
                    auth_import=False, crush_rules_create=[], pools_create=[], pools_set=[],
                    pools_rule=[], pools_app=[], fs_create=False, mgr_config_set=[],
                    mgr_modules_enable=[], mgr_modules_restart=[], mount=False,
-                   targets_enable=[])
+                   remount=False, targets_enable=[])
     return out
 
 

@@ -139,6 +139,10 @@ if a.get("mount"):
     if text and text.strip():
         source, _, fstype = text.strip().partition(" ")
         out["mounted"] = {"source": source, "fstype": fstype.strip()}
+        if "ceph" in fstype:
+            # A client the MDS evicted (no word from it past session_autoclose, 300 s:
+            # a long network cut) keeps its mount, which then answers nothing.
+            out["mounted"]["answers"] = run(["stat", "-c", "%i", a["mount"]], 15) is not None
 print("@@ceph " + json.dumps(out, sort_keys=True))
 '''
 
