@@ -299,18 +299,21 @@ def assert_slurm_reconfigures_keeping_jobs(lab: Lab, deploy) -> None:
                   lambda out: set(out.split()) == {"idle"})
     assert set(state.split()) == {"idle"}, slurm_said(tb, head)
     job = tb.ssh(head, f"sbatch --parsable -w {worker} --wrap 'sleep 1800'").strip()
-    state = _wait(tb, head, f"squeue -h -j {job} -o %T", lambda out: out.strip() == "RUNNING")
-    assert state.strip() == "RUNNING", slurm_said(tb, head)
-    started = slurm_start_times(tb)
-    with lab.overridden(slurm_config={**lab.overrides.get("slurm_config", {}),
-                                      "MinJobAge": 600}):
-        deploy()
-    config = tb.ssh(head, "scontrol show config")
-    assert re.search(r"^MinJobAge\s+= 600 sec", config, re.M), config
-    assert tb.ssh(head, f"squeue -h -j {job} -o %T").strip() == "RUNNING"
-    assert slurm_start_times(tb) == started, "a Slurm daemon restarted for a reconfigure"
-    print(f"job {job} kept RUNNING across the reconfiguring deploy; no daemon restarted")
-    tb.ssh(head, f"scancel {job}")
+    try:  # the job holds the whole worker (CR_Core_Memory): cancelled whatever happens
+        state = _wait(tb, head, f"squeue -h -j {job} -o %T",
+                      lambda out: out.strip() == "RUNNING")
+        assert state.strip() == "RUNNING", slurm_said(tb, head)
+        started = slurm_start_times(tb)
+        with lab.overridden(slurm_config={**lab.overrides.get("slurm_config", {}),
+                                          "MinJobAge": 600}):
+            deploy()
+        config = tb.ssh(head, "scontrol show config")
+        assert re.search(r"^MinJobAge\s+= 600 sec", config, re.M), config
+        assert tb.ssh(head, f"squeue -h -j {job} -o %T").strip() == "RUNNING"
+        assert slurm_start_times(tb) == started, "a Slurm daemon restarted for a reconfigure"
+        print(f"job {job} kept RUNNING across the reconfiguring deploy; no daemon restarted")
+    finally:
+        tb.ssh(head, f"scancel {job}", check=False)
 
 
 #: NFS on the testbed: node1 serves NFS_EXPORT (on its NVMe cache, a STAND-IN loop
