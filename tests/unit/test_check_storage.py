@@ -304,6 +304,8 @@ def test_nfs_mounts_as_the_inventory_says_pass(lab):
     ("", 0, "/srv/models: the NFS export 10.30.0.40:/srv/models is not mounted"),
     ("findmnt-nfs-models.json", 124, "/srv/models: the NFS export 10.30.0.40:/srv/models does "
                                      "not answer"),
+    ("findmnt-nfs-models.json", 1, "/srv/models: the NFS export 10.30.0.40:/srv/models is "
+                                   "mounted but stat fails there (exit 1: a stale handle?"),
 ])
 def test_an_nfs_mount_missing_or_hung_fails(lab, models, responds, words):
     probe = probe_of(storage.probes(Context(lab)), "storage.nfs_mount", "gpu1")
@@ -619,6 +621,10 @@ def test_cephfs_mounts():
     gone = probe.read(done(mount_output()))
     assert gone.status is Status.FAIL and "node2: /mnt/cephfs: CephFS is not mounted" in \
         gone.message
+    # An evicted client: mounted, stat fails ("No such file or directory", exit 1).
+    evicted = probe.read(done(mount_output("findmnt-cephfs-fuse.json", responds=1)))
+    assert evicted.status is Status.FAIL and evicted.action is Action.REDEPLOY
+    assert "stat fails there: the MDS evicted this client" in evicted.message
 
 
 def test_the_cephfs_pair_test_writes_on_one_client_and_reads_on_the_other():

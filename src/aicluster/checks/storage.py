@@ -141,12 +141,15 @@ def _tail(text: str, n: int = 200) -> str:
 
 def mount_command(path: str) -> str:
     """``@@mount`` with findmnt's JSON for what is mounted at ``path`` and, when
-    something is, ``responds=<stat -f's exit status>`` (124: it did not answer)."""
+    something is, ``responds=<exit status>`` of ``stat -f`` then ``stat`` there (124:
+    it did not answer; another non-zero: it failed, as on a CephFS client the MDS
+    evicted, whose ``stat -f`` may still succeed)."""
     p = shlex.quote(path)
+    stat = f"timeout -k 2 {MOUNT_STAT_TIMEOUT} stat"
     return (f"echo @@mount; findmnt --json -M {p} -o TARGET,SOURCE,FSTYPE,OPTIONS "
             "2>/dev/null; "
             f"if findmnt -rn -M {p} >/dev/null 2>&1; then "
-            f"timeout -k 2 {MOUNT_STAT_TIMEOUT} stat -f {p} >/dev/null 2>&1; "
+            f"{stat} -f {p} >/dev/null 2>&1 && {stat} {p} >/dev/null 2>&1; "
             'echo "responds=$?"; fi')
 
 
@@ -187,6 +190,14 @@ def mount_problem(path: str, mounted: dict[str, Any] | None, fstypes: tuple[str,
     if mounted.get("responds") in (124, 137):
         return (f"{path}: {what} does not answer (stat -f ran past "
                 f"{MOUNT_STAT_TIMEOUT} s: a hung server or client)", Action.INVESTIGATE)
+    if mounted.get("responds"):
+        if "ceph" in fstype:
+            return (f"{path}: {what} is mounted but stat fails there: the MDS evicted "
+                    "this client (no word from it for session_autoclose, a network cut?); "
+                    "the next deploy unmounts it and mounts it again", Action.REDEPLOY)
+        return (f"{path}: {what} is mounted but stat fails there (exit "
+                f"{mounted['responds']}: a stale handle? see the kernel log)",
+                Action.INVESTIGATE)
     return None
 
 
