@@ -1,6 +1,9 @@
 """Drift the deploy repairs, end to end: runtime state changed by hand on a deployed
 testbed (the live firewall table, applied sysctls) is put back by the next deploy,
 restarting nothing, and the deploy after reports 0 changes (Ansible: test_ansible_site.py).
+A CephFS client the MDS evicted (as after a network cut past session_autoclose) keeps a
+mount that answers nothing: `aicluster check` fails it, and pyinfra, then Ansible
+(``--tags ceph``), unmount and mount it again.
 
 On the lab in miniature (every component together, shared with the other
 ``test_lab*.py`` modules); each test leaves the nodes converged (repaired) at its end."""
@@ -12,6 +15,7 @@ import time
 import pytest
 
 from tests.e2e.checks import ray_start_times, slurm_start_times
+from tests.e2e.test_lab_check import check, failed
 
 TABLE = "nft list table inet aicluster"
 
@@ -82,6 +86,9 @@ def test_an_evicted_cephfs_client_is_mounted_again_by_either_engine(lab):
         _evict_cephfs_client(lab, node2)
         print(f"{node2}'s CephFS client evicted: {CEPHFS} is mounted and answers nothing")
         if engine == "pyinfra":
+            # aicluster check sees it (its stat of the mount point fails).
+            _, document, _ = check("--quick", "--layer", "storage", expect=1)
+            assert failed(document) == {("storage.cephfs_mount", node2)}, failed(document)
             deploy = lab.read_deploy().succeeded()
             assert f"Unmount the dead CephFS at {CEPHFS}" in deploy.output
         else:
