@@ -188,7 +188,7 @@ def mount_problem(path: str, mounted: dict[str, Any] | None, fstypes: tuple[str,
         return (f"{path}: {what} is mounted read-only (a filesystem or server error? "
                 "see the kernel log)", Action.INVESTIGATE)
     if mounted.get("responds") in (124, 137):
-        return (f"{path}: {what} does not answer (stat -f ran past "
+        return (f"{path}: {what} does not answer (stat ran past "
                 f"{MOUNT_STAT_TIMEOUT} s: a hung server or client)", Action.INVESTIGATE)
     if mounted.get("responds"):
         if "ceph" in fstype:
