@@ -10,6 +10,7 @@ On the lab in miniature (every component together, shared with the other
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -66,8 +67,6 @@ def _evict_cephfs_client(lab, node: str) -> None:
     """The MDS evicts *node*'s CephFS client, as it does by itself to a client it has
     not heard from for session_autoclose (300 s: a long network cut): the client is
     blocklisted and its mount stays, answering nothing."""
-    import json
-
     out = lab.ssh("node1", f"{MDS} client ls -f json 2>/dev/null")
     ids = [c["id"] for c in json.loads(out)
            if c.get("client_metadata", {}).get("hostname") == node]
